@@ -1,0 +1,9 @@
+//! Admission control: what decides whether a claimed delivery is attempted now, held, or shed.
+//!
+//! - [`lane`]: per-endpoint bulkhead with an acquisition deadline (shed when it passes);
+//! - [`governor`]: AIMD concurrency limit per endpoint and Retry-After pauses;
+//! - [`breaker`]: latency breaker (p95 over a window vs the endpoint's ceiling) and error breaker;
+//! - [`fleet`]: lane slots held in Redis so a fleet of dispatchers shares one allowance.
+
+pub mod breaker;
+pub mod governor;

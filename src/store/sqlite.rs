@@ -1,0 +1,477 @@
+//! The embedded SQLite driver: one file, WAL, one writer thread with group commit.
+//!
+//! Every write is a job sent to a dedicated writer thread that owns the only write connection.
+//! The thread drains whatever jobs are waiting, runs each inside its own savepoint of a single
+//! transaction, commits once (one fsync for many operations) and only then answers each caller.
+//! Reads run on a small pool of reader threads with their own connections (WAL lets them read
+//! while the writer writes). No transaction ever spans an await: the async side only waits for
+//! the answer.
+
+mod queries;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::thread;
+
+use async_trait::async_trait;
+use crossbeam_channel::{Receiver, Sender};
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{Notify, oneshot};
+
+use super::*;
+
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("sql/sqlite_001_init.sql"))];
+
+/// How many jobs one group commit may carry.
+const GROUP_COMMIT_MAX: usize = 512;
+
+/// Options for the embedded driver.
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteOptions {
+    /// `synchronous = FULL` (fsync every commit, survives power loss) rather than `NORMAL`
+    /// (survives a process crash; the last commits may be lost on power loss).
+    pub synchronous_full: bool,
+    /// Reader threads for API queries.
+    pub readers: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            synchronous_full: true,
+            readers: 2,
+        }
+    }
+}
+
+type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+/// A write job: runs on the writer's connection, or is told it cannot run (`None`).
+type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+/// The embedded store.
+pub struct SqliteStore {
+    writer: Sender<WriteJob>,
+    readers: Sender<ReadJob>,
+    signal: Arc<Notify>,
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the database file at `path` and migrate it.
+    pub fn open(path: &Path, options: SqliteOptions) -> StoreResult<Self> {
+        let conn = open_connection(path, options, false)?;
+        migrate(&conn)?;
+        let (writer, jobs) = crossbeam_channel::bounded::<WriteJob>(4096);
+        thread::Builder::new()
+            .name("sluice-sqlite-writer".into())
+            .spawn(move || writer_loop(conn, jobs))
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let (readers, read_jobs) = crossbeam_channel::bounded::<ReadJob>(4096);
+        for i in 0..options.readers.max(1) {
+            let conn = open_connection(path, options, true)?;
+            let jobs = read_jobs.clone();
+            thread::Builder::new()
+                .name(format!("sluice-sqlite-reader-{i}"))
+                .spawn(move || {
+                    while let Ok(job) = jobs.recv() {
+                        job(&conn);
+                    }
+                })
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        }
+        Ok(Self {
+            writer,
+            readers,
+            signal: Arc::new(Notify::new()),
+        })
+    }
+
+    /// Run `f` on the writer thread inside the current group commit; answered after COMMIT.
+    async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: WriteJob = Box::new(move |conn| {
+            let result = match conn {
+                Some(conn) => savepoint(conn, f),
+                None => Err(StoreError::Unavailable("cannot begin a transaction".into())),
+            };
+            Box::new(move |committed| {
+                let answer = match committed {
+                    Ok(()) => result,
+                    Err(e) => result.and(Err(e)),
+                };
+                let _ = tx.send(answer);
+            })
+        });
+        self.writer
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("sqlite writer stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("sqlite writer stopped".into()))?
+    }
+
+    /// Run `f` on a reader thread.
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            let _ = tx.send(f(conn));
+        });
+        self.readers
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("sqlite readers stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("sqlite readers stopped".into()))?
+    }
+}
+
+fn open_connection(path: &Path, options: SqliteOptions, read_only: bool) -> StoreResult<Connection> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| {
+        StoreError::Unavailable(format!("cannot open {}: {e}", path.display()))
+    })?;
+    let sync = if options.synchronous_full { "FULL" } else { "NORMAL" };
+    let pragmas = format!(
+        "PRAGMA busy_timeout = 5000; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; \
+         PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY;"
+    );
+    if !read_only {
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+    }
+    conn.execute_batch(&pragmas).map_err(db)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection) -> StoreResult<()> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
+    )
+    .map_err(db)?;
+    for (version, sql) in MIGRATIONS {
+        let applied: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = ?1)",
+                [version],
+                |r| r.get(0),
+            )
+            .map_err(db)?;
+        if applied {
+            continue;
+        }
+        let batch = format!(
+            "BEGIN IMMEDIATE; {sql}; INSERT INTO schema_migrations VALUES ({version}, {}); COMMIT;",
+            crate::clock::now_ms()
+        );
+        if let Err(e) = conn.execute_batch(&batch) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(StoreError::Database(format!("migration {version} failed: {e}")));
+        }
+    }
+    Ok(())
+}
+
+/// Run one job inside a savepoint so that its failure rolls back only its own writes.
+fn savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+    conn.execute_batch("SAVEPOINT job").map_err(db)?;
+    let result = f(conn);
+    let end = if result.is_ok() {
+        conn.execute_batch("RELEASE job")
+    } else {
+        conn.execute_batch("ROLLBACK TO job; RELEASE job")
+    };
+    match end {
+        Ok(()) => result,
+        Err(e) => result.and(Err(db(e))),
+    }
+}
+
+fn writer_loop(conn: Connection, jobs: Receiver<WriteJob>) {
+    let mut batch: Vec<WriteJob> = Vec::with_capacity(GROUP_COMMIT_MAX);
+    let mut done: Vec<Completion> = Vec::with_capacity(GROUP_COMMIT_MAX);
+    while let Ok(first) = jobs.recv() {
+        batch.push(first);
+        while batch.len() < GROUP_COMMIT_MAX {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            tracing::error!(error = %e, "sqlite: cannot begin a transaction");
+            for job in batch.drain(..) {
+                job(None)(Ok(()));
+            }
+            continue;
+        }
+        for job in batch.drain(..) {
+            done.push(job(Some(&conn)));
+        }
+        let committed = conn.execute_batch("COMMIT").map_err(|e| {
+            let _ = conn.execute_batch("ROLLBACK");
+            StoreError::Unavailable(format!("commit failed: {e}"))
+        });
+        for completion in done.drain(..) {
+            completion(match &committed {
+                Ok(()) => Ok(()),
+                Err(e) => Err(StoreError::Unavailable(e.to_string())),
+            });
+        }
+    }
+}
+
+pub(crate) fn db(e: rusqlite::Error) -> StoreError {
+    match e {
+        rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound("row"),
+        rusqlite::Error::SqliteFailure(f, msg)
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            StoreError::Conflict(msg.unwrap_or_else(|| f.to_string()))
+        }
+        rusqlite::Error::SqliteFailure(f, msg)
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::CannotOpen
+                    | rusqlite::ErrorCode::DiskFull
+                    | rusqlite::ErrorCode::SystemIoFailure
+                    | rusqlite::ErrorCode::DatabaseBusy
+                    | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
+        {
+            StoreError::Unavailable(msg.unwrap_or_else(|| f.to_string()))
+        }
+        other => StoreError::Database(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn driver(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn work_signal(&self) -> Arc<Notify> {
+        self.signal.clone()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.read(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(db))
+            .await
+    }
+
+    async fn setting(&self, key: &str) -> StoreResult<Option<String>> {
+        let key = key.to_owned();
+        self.read(move |c| queries::setting(c, &key)).await
+    }
+
+    async fn set_setting(&self, key: &str, value: &str) -> StoreResult<()> {
+        let (key, value) = (key.to_owned(), value.to_owned());
+        self.write(move |c| queries::set_setting(c, &key, &value))
+            .await
+    }
+
+    async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()> {
+        let tenant = tenant.clone();
+        self.write(move |c| queries::create_tenant(c, &tenant)).await
+    }
+
+    async fn tenant(&self, id: &str) -> StoreResult<Tenant> {
+        let id = id.to_owned();
+        self.read(move |c| queries::tenant(c, &id)).await
+    }
+
+    async fn tenant_by_token(&self, token_hash: &str) -> StoreResult<Option<Tenant>> {
+        let hash = token_hash.to_owned();
+        self.read(move |c| queries::tenant_by_token(c, &hash)).await
+    }
+
+    async fn list_tenants(&self, after: Option<&str>, limit: u32) -> StoreResult<Vec<Tenant>> {
+        let after = after.unwrap_or("").to_owned();
+        self.read(move |c| queries::list_tenants(c, &after, limit))
+            .await
+    }
+
+    async fn set_tenant_token(&self, id: &str, token_hash: &str) -> StoreResult<()> {
+        let (id, hash) = (id.to_owned(), token_hash.to_owned());
+        self.write(move |c| queries::set_tenant_token(c, &id, &hash))
+            .await
+    }
+
+    async fn delete_tenant(&self, id: &str) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.write(move |c| queries::delete_tenant(c, &id)).await
+    }
+
+    async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+        let endpoint = endpoint.clone();
+        self.write(move |c| queries::create_endpoint(c, &endpoint))
+            .await
+    }
+
+    async fn endpoint(&self, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint> {
+        let (tenant, id) = (tenant.map(str::to_owned), id.to_owned());
+        self.read(move |c| queries::endpoint(c, tenant.as_deref(), &id))
+            .await
+    }
+
+    async fn list_endpoints(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<Endpoint>> {
+        let (tenant, after) = (tenant.to_owned(), after.unwrap_or("").to_owned());
+        self.read(move |c| queries::list_endpoints(c, &tenant, &after, limit))
+            .await
+    }
+
+    async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
+        let endpoint = endpoint.clone();
+        let signal = self.signal.clone();
+        let result = self
+            .write(move |c| queries::update_endpoint(c, &endpoint))
+            .await;
+        signal.notify_one();
+        result
+    }
+
+    async fn delete_endpoint(&self, tenant: &str, id: &str) -> StoreResult<()> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.write(move |c| queries::delete_endpoint(c, &tenant, &id))
+            .await
+    }
+
+    async fn set_endpoint_enabled(
+        &self,
+        id: &str,
+        enabled: bool,
+        reason: Option<&str>,
+        now_ms: i64,
+    ) -> StoreResult<()> {
+        let (id, reason) = (id.to_owned(), reason.map(str::to_owned));
+        self.write(move |c| queries::set_endpoint_enabled(c, &id, enabled, reason.as_deref(), now_ms))
+            .await?;
+        if enabled {
+            self.signal.notify_one();
+        }
+        Ok(())
+    }
+
+    async fn enqueue(&self, messages: &[NewMessage], now_ms: i64) -> StoreResult<Vec<Enqueued>> {
+        let messages = messages.to_vec();
+        let result = self
+            .write(move |c| queries::enqueue(c, &messages, now_ms))
+            .await?;
+        if result.iter().any(|e| e.deliveries > 0) {
+            self.signal.notify_one();
+        }
+        Ok(result)
+    }
+
+    async fn message(&self, tenant: &str, id: &str) -> StoreResult<MessageView> {
+        let (tenant, id) = (tenant.to_owned(), id.to_owned());
+        self.read(move |c| queries::message(c, &tenant, &id)).await
+    }
+
+    async fn list_messages(
+        &self,
+        tenant: &str,
+        before: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Vec<MessageSummary>> {
+        let (tenant, before) = (tenant.to_owned(), before.map(str::to_owned));
+        self.read(move |c| queries::list_messages(c, &tenant, before.as_deref(), limit))
+            .await
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        let request = request.clone();
+        self.write(move |c| queries::claim(c, &request)).await
+    }
+
+    async fn settle(&self, settlements: &[Settlement], now_ms: i64) -> StoreResult<Vec<i64>> {
+        let settlements = settlements.to_vec();
+        self.write(move |c| queries::settle(c, &settlements, now_ms))
+            .await
+    }
+
+    async fn extend_lease(
+        &self,
+        delivery_id: i64,
+        lease_token: i64,
+        lease_until_ms: i64,
+    ) -> StoreResult<bool> {
+        self.write(move |c| queries::extend_lease(c, delivery_id, lease_token, lease_until_ms))
+            .await
+    }
+
+    async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
+        let report = self
+            .write(move |c| queries::reap(c, now_ms, max_expiries))
+            .await?;
+        if report.returned > 0 {
+            self.signal.notify_one();
+        }
+        Ok(report)
+    }
+
+    async fn list_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>> {
+        let filter = filter.clone();
+        self.read(move |c| queries::list_deliveries(c, &filter)).await
+    }
+
+    async fn attempts(&self, tenant: &str, delivery_id: i64) -> StoreResult<Vec<AttemptView>> {
+        let tenant = tenant.to_owned();
+        self.read(move |c| queries::attempts(c, &tenant, delivery_id))
+            .await
+    }
+
+    async fn replay(&self, tenant: &str, target: ReplayTarget, now_ms: i64) -> StoreResult<u64> {
+        let tenant = tenant.to_owned();
+        let n = self
+            .write(move |c| queries::replay(c, &tenant, &target, now_ms))
+            .await?;
+        if n > 0 {
+            self.signal.notify_one();
+        }
+        Ok(n)
+    }
+
+    async fn record_event(&self, event: &EndpointEvent) -> StoreResult<()> {
+        let event = event.clone();
+        self.write(move |c| queries::record_event(c, &event)).await
+    }
+
+    async fn list_events(
+        &self,
+        tenant: &str,
+        endpoint_id: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<EndpointEvent>> {
+        let (tenant, endpoint) = (tenant.to_owned(), endpoint_id.to_owned());
+        self.read(move |c| queries::list_events(c, &tenant, &endpoint, limit))
+            .await
+    }
+
+    async fn set_endpoint_failing(&self, id: &str, since_ms: Option<i64>) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.write(move |c| queries::set_endpoint_failing(c, &id, since_ms))
+            .await
+    }
+
+    async fn queue_stats(&self, now_ms: i64) -> StoreResult<QueueStats> {
+        self.read(move |c| queries::queue_stats(c, now_ms)).await
+    }
+}

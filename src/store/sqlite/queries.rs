@@ -1,0 +1,809 @@
+//! The SQLite driver's statements. Each function runs inside the caller's savepoint (writes) or
+//! on a reader connection (reads); none of them opens or commits a transaction itself.
+
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::db;
+use crate::store::*;
+
+const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
+    previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
+    latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
+    created_at_ms, updated_at_ms";
+
+const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
+    last_status, last_error, created_at_ms, updated_at_ms";
+
+const CLAIM_ENDPOINTS_AFTER: &str =
+    "SELECT id FROM endpoints WHERE enabled = 1 AND id > ?1 ORDER BY id";
+const CLAIM_ENDPOINTS_UPTO: &str =
+    "SELECT id FROM endpoints WHERE enabled = 1 AND id <= ?1 ORDER BY id";
+const CLAIM_DUE: &str = "SELECT id, message_id, tenant_id, attempts, visible_at_ms FROM deliveries \
+     WHERE state = 0 AND endpoint_id = ?1 AND visible_at_ms <= ?2 ORDER BY visible_at_ms LIMIT ?3";
+const CLAIM_MARK: &str = "UPDATE deliveries SET state = 1, lease_until_ms = ?1, lease_token = ?2, \
+     updated_at_ms = ?3 WHERE id = ?4";
+const MESSAGE_BODY: &str = "SELECT event_type, payload, created_at_ms FROM messages WHERE id = ?1";
+
+const SETTLE: &str = "UPDATE deliveries SET state = ?1, visible_at_ms = COALESCE(?2, visible_at_ms), \
+     attempts = attempts + ?3, lease_until_ms = NULL, lease_token = NULL, \
+     last_status = CASE WHEN ?7 THEN ?4 ELSE last_status END, \
+     last_error = CASE WHEN ?7 THEN ?5 ELSE last_error END, updated_at_ms = ?6 \
+     WHERE id = ?8 AND lease_token = ?9 AND state = 1";
+const INSERT_ATTEMPT: &str = "INSERT INTO attempts (delivery_id, started_at_ms, duration_ms, \
+     status, error_kind, response) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+pub fn setting(c: &Connection, key: &str) -> StoreResult<Option<String>> {
+    c.prepare_cached("SELECT value FROM settings WHERE key = ?1")
+        .and_then(|mut s| s.query_row([key], |r| r.get(0)).optional())
+        .map_err(db)
+}
+
+pub fn set_setting(c: &Connection, key: &str, value: &str) -> StoreResult<()> {
+    c.execute(
+        "INSERT INTO settings (key, value) VALUES (?1, ?2) \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+fn tenant_row(r: &Row) -> rusqlite::Result<Tenant> {
+    Ok(Tenant {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        token_hash: r.get(2)?,
+        created_at_ms: r.get(3)?,
+    })
+}
+
+pub fn create_tenant(c: &Connection, t: &Tenant) -> StoreResult<()> {
+    c.execute(
+        "INSERT INTO tenants (id, name, token_hash, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![t.id, t.name, t.token_hash, t.created_at_ms],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+pub fn tenant(c: &Connection, id: &str) -> StoreResult<Tenant> {
+    c.prepare_cached("SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id = ?1")
+        .and_then(|mut s| s.query_row([id], tenant_row).optional())
+        .map_err(db)?
+        .ok_or(StoreError::NotFound("tenant"))
+}
+
+pub fn tenant_by_token(c: &Connection, hash: &str) -> StoreResult<Option<Tenant>> {
+    c.prepare_cached(
+        "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE token_hash = ?1",
+    )
+    .and_then(|mut s| s.query_row([hash], tenant_row).optional())
+    .map_err(db)
+}
+
+pub fn list_tenants(c: &Connection, after: &str, limit: u32) -> StoreResult<Vec<Tenant>> {
+    let mut s = c
+        .prepare_cached(
+            "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id > ?1 \
+             ORDER BY id LIMIT ?2",
+        )
+        .map_err(db)?;
+    let rows = s.query_map(params![after, limit], tenant_row).map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub fn set_tenant_token(c: &Connection, id: &str, hash: &str) -> StoreResult<()> {
+    let n = c
+        .execute("UPDATE tenants SET token_hash = ?2 WHERE id = ?1", [id, hash])
+        .map_err(db)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("tenant"));
+    }
+    Ok(())
+}
+
+pub fn delete_tenant(c: &Connection, id: &str) -> StoreResult<()> {
+    c.execute(
+        "DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE tenant_id = ?1)",
+        [id],
+    )
+    .map_err(db)?;
+    for sql in [
+        "DELETE FROM deliveries WHERE tenant_id = ?1",
+        "DELETE FROM messages WHERE tenant_id = ?1",
+        "DELETE FROM endpoint_events WHERE tenant_id = ?1",
+        "DELETE FROM endpoints WHERE tenant_id = ?1",
+    ] {
+        c.execute(sql, [id]).map_err(db)?;
+    }
+    let n = c
+        .execute("DELETE FROM tenants WHERE id = ?1", [id])
+        .map_err(db)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("tenant"));
+    }
+    Ok(())
+}
+
+fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
+    let types: String = r.get(4)?;
+    Ok(Endpoint {
+        id: r.get(0)?,
+        tenant_id: r.get(1)?,
+        url: r.get(2)?,
+        description: r.get(3)?,
+        event_types: serde_json::from_str(&types).unwrap_or_default(),
+        secret: r.get(5)?,
+        previous_secret: r.get(6)?,
+        previous_secret_until_ms: r.get(7)?,
+        enabled: r.get(8)?,
+        disabled_reason: r.get(9)?,
+        operational: r.get(10)?,
+        lane_size: r.get(11)?,
+        latency_ceiling_ms: r.get(12)?,
+        connect_timeout_ms: r.get(13)?,
+        read_timeout_ms: r.get(14)?,
+        total_timeout_ms: r.get(15)?,
+        failing_since_ms: r.get(16)?,
+        created_at_ms: r.get(17)?,
+        updated_at_ms: r.get(18)?,
+    })
+}
+
+fn event_types_json(e: &Endpoint) -> String {
+    serde_json::to_string(&e.event_types).unwrap_or_else(|_| "[]".into())
+}
+
+pub fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
+    c.execute(
+        &format!(
+            "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+        ),
+        params![
+            e.id,
+            e.tenant_id,
+            e.url,
+            e.description,
+            event_types_json(e),
+            e.secret,
+            e.previous_secret,
+            e.previous_secret_until_ms,
+            e.enabled,
+            e.disabled_reason,
+            e.operational,
+            e.lane_size,
+            e.latency_ceiling_ms,
+            e.connect_timeout_ms,
+            e.read_timeout_ms,
+            e.total_timeout_ms,
+            e.failing_since_ms,
+            e.created_at_ms,
+            e.updated_at_ms
+        ],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+pub fn endpoint(c: &Connection, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint> {
+    let found = c
+        .prepare_cached(&format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM endpoints WHERE id = ?1"
+        ))
+        .and_then(|mut s| s.query_row([id], endpoint_row).optional())
+        .map_err(db)?;
+    match found {
+        Some(e) if tenant.is_none_or(|t| t == e.tenant_id) => Ok(e),
+        _ => Err(StoreError::NotFound("endpoint")),
+    }
+}
+
+pub fn list_endpoints(
+    c: &Connection,
+    tenant: &str,
+    after: &str,
+    limit: u32,
+) -> StoreResult<Vec<Endpoint>> {
+    let mut s = c
+        .prepare_cached(&format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM endpoints WHERE tenant_id = ?1 AND id > ?2 \
+             ORDER BY id LIMIT ?3"
+        ))
+        .map_err(db)?;
+    let rows = s
+        .query_map(params![tenant, after, limit], endpoint_row)
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
+    let n = c
+        .execute(
+            "UPDATE endpoints SET url = ?3, description = ?4, event_types = ?5, secret = ?6, \
+             previous_secret = ?7, previous_secret_until_ms = ?8, enabled = ?9, \
+             disabled_reason = ?10, lane_size = ?11, latency_ceiling_ms = ?12, \
+             connect_timeout_ms = ?13, read_timeout_ms = ?14, total_timeout_ms = ?15, \
+             updated_at_ms = ?16 WHERE id = ?1 AND tenant_id = ?2",
+            params![
+                e.id,
+                e.tenant_id,
+                e.url,
+                e.description,
+                event_types_json(e),
+                e.secret,
+                e.previous_secret,
+                e.previous_secret_until_ms,
+                e.enabled,
+                e.disabled_reason,
+                e.lane_size,
+                e.latency_ceiling_ms,
+                e.connect_timeout_ms,
+                e.read_timeout_ms,
+                e.total_timeout_ms,
+                e.updated_at_ms
+            ],
+        )
+        .map_err(db)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("endpoint"));
+    }
+    Ok(())
+}
+
+pub fn delete_endpoint(c: &Connection, tenant: &str, id: &str) -> StoreResult<()> {
+    let n = c
+        .execute(
+            "DELETE FROM endpoints WHERE id = ?1 AND tenant_id = ?2",
+            [id, tenant],
+        )
+        .map_err(db)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("endpoint"));
+    }
+    c.execute(
+        "DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE endpoint_id = ?1)",
+        [id],
+    )
+    .map_err(db)?;
+    c.execute("DELETE FROM deliveries WHERE endpoint_id = ?1", [id])
+        .map_err(db)?;
+    Ok(())
+}
+
+pub fn set_endpoint_enabled(
+    c: &Connection,
+    id: &str,
+    enabled: bool,
+    reason: Option<&str>,
+    now_ms: i64,
+) -> StoreResult<()> {
+    let n = c
+        .execute(
+            "UPDATE endpoints SET enabled = ?2, disabled_reason = ?3, updated_at_ms = ?4, \
+             failing_since_ms = CASE WHEN ?2 THEN NULL ELSE failing_since_ms END WHERE id = ?1",
+            params![id, enabled, if enabled { None } else { reason }, now_ms],
+        )
+        .map_err(db)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("endpoint"));
+    }
+    Ok(())
+}
+
+pub fn set_endpoint_failing(c: &Connection, id: &str, since_ms: Option<i64>) -> StoreResult<()> {
+    c.execute(
+        "UPDATE endpoints SET failing_since_ms = ?2 WHERE id = ?1",
+        params![id, since_ms],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+pub fn enqueue(c: &Connection, messages: &[NewMessage], now_ms: i64) -> StoreResult<Vec<Enqueued>> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut subscribers: HashMap<&str, Vec<(String, Vec<String>)>> = HashMap::new();
+    let mut find_key = c
+        .prepare_cached("SELECT id FROM messages WHERE tenant_id = ?1 AND idempotency_key = ?2")
+        .map_err(db)?;
+    let mut insert_message = c
+        .prepare_cached(
+            "INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, \
+             created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .map_err(db)?;
+    let mut insert_delivery = c
+        .prepare_cached(
+            "INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, attempts, \
+             visible_at_ms, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, 0, 0, ?4, ?4, ?4)",
+        )
+        .map_err(db)?;
+    for m in messages {
+        if let Some(key) = &m.idempotency_key {
+            let existing: Option<String> = find_key
+                .query_row([&m.tenant_id, key], |r| r.get(0))
+                .optional()
+                .map_err(db)?;
+            if let Some(id) = existing {
+                out.push(Enqueued {
+                    id,
+                    duplicate: true,
+                    deliveries: 0,
+                });
+                continue;
+            }
+        }
+        insert_message
+            .execute(params![
+                m.id,
+                m.tenant_id,
+                m.event_type,
+                m.payload,
+                m.idempotency_key,
+                now_ms
+            ])
+            .map_err(db)?;
+        let mut deliveries = 0;
+        if let Some(only) = &m.only_endpoint {
+            insert_delivery
+                .execute(params![m.id, only, m.tenant_id, now_ms])
+                .map_err(db)?;
+            deliveries = 1;
+        } else {
+            if !subscribers.contains_key(m.tenant_id.as_str()) {
+                let subs = tenant_subscribers(c, &m.tenant_id)?;
+                subscribers.insert(m.tenant_id.as_str(), subs);
+            }
+            for (endpoint, types) in &subscribers[m.tenant_id.as_str()] {
+                if types.is_empty() || types.iter().any(|t| *t == m.event_type) {
+                    insert_delivery
+                        .execute(params![m.id, endpoint, m.tenant_id, now_ms])
+                        .map_err(db)?;
+                    deliveries += 1;
+                }
+            }
+        }
+        out.push(Enqueued {
+            id: m.id.clone(),
+            duplicate: false,
+            deliveries,
+        });
+    }
+    Ok(out)
+}
+
+fn tenant_subscribers(c: &Connection, tenant: &str) -> StoreResult<Vec<(String, Vec<String>)>> {
+    let mut s = c
+        .prepare_cached(
+            "SELECT id, event_types FROM endpoints WHERE tenant_id = ?1 AND enabled = 1 \
+             AND operational = 0",
+        )
+        .map_err(db)?;
+    let rows = s
+        .query_map([tenant], |r| {
+            let types: String = r.get(1)?;
+            Ok((r.get(0)?, serde_json::from_str(&types).unwrap_or_default()))
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub fn message(c: &Connection, tenant: &str, id: &str) -> StoreResult<MessageView> {
+    let found = c
+        .prepare_cached(
+            "SELECT id, event_type, payload, created_at_ms FROM messages \
+             WHERE id = ?1 AND tenant_id = ?2",
+        )
+        .and_then(|mut s| {
+            s.query_row([id, tenant], |r| {
+                Ok(MessageView {
+                    id: r.get(0)?,
+                    event_type: r.get(1)?,
+                    payload: r.get(2)?,
+                    created_at_ms: r.get(3)?,
+                    deliveries: Vec::new(),
+                })
+            })
+            .optional()
+        })
+        .map_err(db)?;
+    let mut view = found.ok_or(StoreError::NotFound("message"))?;
+    view.deliveries = list_deliveries(
+        c,
+        &DeliveryFilter {
+            tenant_id: tenant.to_owned(),
+            message_id: Some(id.to_owned()),
+            limit: 10_000,
+            ..Default::default()
+        },
+    )?;
+    Ok(view)
+}
+
+pub fn list_messages(
+    c: &Connection,
+    tenant: &str,
+    before: Option<&str>,
+    limit: u32,
+) -> StoreResult<Vec<MessageSummary>> {
+    let mut s = c
+        .prepare_cached(
+            "SELECT id, event_type, created_at_ms FROM messages WHERE tenant_id = ?1 \
+             AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3",
+        )
+        .map_err(db)?;
+    let rows = s
+        .query_map(params![tenant, before, limit], |r| {
+            Ok(MessageSummary {
+                id: r.get(0)?,
+                event_type: r.get(1)?,
+                created_at_ms: r.get(2)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+struct Picked {
+    id: i64,
+    message_id: String,
+    endpoint_id: String,
+    tenant_id: String,
+    attempts: u32,
+    visible_at_ms: i64,
+}
+
+pub fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+    let limit = req.limit as usize;
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let exclude: HashSet<&str> = req.exclude.iter().map(String::as_str).collect();
+    let mut picked: Vec<Picked> = Vec::with_capacity(limit);
+    let mut due = c.prepare_cached(CLAIM_DUE).map_err(db)?;
+    let cursor = req.after_endpoint.as_deref().unwrap_or("");
+    let passes: &[&str] = if cursor.is_empty() {
+        &[CLAIM_ENDPOINTS_AFTER]
+    } else {
+        &[CLAIM_ENDPOINTS_AFTER, CLAIM_ENDPOINTS_UPTO]
+    };
+    'passes: for sql in passes {
+        let mut endpoints = c.prepare_cached(sql).map_err(db)?;
+        let mut rows = endpoints.query([cursor]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let endpoint: String = row.get(0).map_err(db)?;
+            if exclude.contains(endpoint.as_str()) {
+                continue;
+            }
+            let room = (limit - picked.len()).min(req.per_endpoint.max(1) as usize);
+            let mut found = due
+                .query(params![endpoint, req.now_ms, room as i64])
+                .map_err(db)?;
+            while let Some(r) = found.next().map_err(db)? {
+                picked.push(Picked {
+                    id: r.get(0).map_err(db)?,
+                    message_id: r.get(1).map_err(db)?,
+                    endpoint_id: endpoint.clone(),
+                    tenant_id: r.get(2).map_err(db)?,
+                    attempts: r.get(3).map_err(db)?,
+                    visible_at_ms: r.get(4).map_err(db)?,
+                });
+            }
+            if picked.len() >= limit {
+                break 'passes;
+            }
+        }
+    }
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let token = crate::ids::lease_token();
+    let lease_until = req.now_ms + req.lease_ms;
+    let mut mark = c.prepare_cached(CLAIM_MARK).map_err(db)?;
+    let mut body = c.prepare_cached(MESSAGE_BODY).map_err(db)?;
+    let mut bodies: HashMap<String, (String, String, i64)> = HashMap::new();
+    let mut out = Vec::with_capacity(picked.len());
+    for p in picked {
+        mark.execute(params![lease_until, token, req.now_ms, p.id])
+            .map_err(db)?;
+        if !bodies.contains_key(&p.message_id) {
+            let row = body
+                .query_row([&p.message_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .map_err(db)?;
+            bodies.insert(p.message_id.clone(), row);
+        }
+        let (event_type, payload, created) = &bodies[&p.message_id];
+        out.push(Claimed {
+            delivery_id: p.id,
+            lease_token: token,
+            message_id: p.message_id,
+            endpoint_id: p.endpoint_id,
+            tenant_id: p.tenant_id,
+            attempts: p.attempts,
+            event_type: event_type.clone(),
+            payload: payload.clone(),
+            message_created_at_ms: *created,
+            visible_at_ms: p.visible_at_ms,
+        });
+    }
+    Ok(out)
+}
+
+pub fn settle(c: &Connection, settlements: &[Settlement], now_ms: i64) -> StoreResult<Vec<i64>> {
+    let mut update = c.prepare_cached(SETTLE).map_err(db)?;
+    let mut insert = c.prepare_cached(INSERT_ATTEMPT).map_err(db)?;
+    let mut applied = Vec::with_capacity(settlements.len());
+    for s in settlements {
+        let (state, visible, inc, touch, status, error) = settle_values(s, now_ms);
+        let n = update
+            .execute(params![
+                state,
+                visible,
+                inc,
+                status,
+                error,
+                now_ms,
+                touch,
+                s.delivery_id,
+                s.lease_token
+            ])
+            .map_err(db)?;
+        if n == 0 {
+            continue;
+        }
+        applied.push(s.delivery_id);
+        if let Some(a) = &s.attempt {
+            insert
+                .execute(params![
+                    s.delivery_id,
+                    a.started_at_ms,
+                    a.duration_ms,
+                    a.status,
+                    a.error_kind,
+                    a.response
+                ])
+                .map_err(db)?;
+        }
+    }
+    Ok(applied)
+}
+
+pub fn extend_lease(c: &Connection, id: i64, token: i64, until_ms: i64) -> StoreResult<bool> {
+    let n = c
+        .execute(
+            "UPDATE deliveries SET lease_until_ms = ?3 WHERE id = ?1 AND lease_token = ?2 \
+             AND state = 1",
+            params![id, token, until_ms],
+        )
+        .map_err(db)?;
+    Ok(n > 0)
+}
+
+pub fn reap(c: &Connection, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
+    let dead = c
+        .execute(
+            "UPDATE deliveries SET state = 3, lease_until_ms = NULL, lease_token = NULL, \
+             expiries = expiries + 1, updated_at_ms = ?1, \
+             last_error = 'lease expired ' || (expiries + 1) || ' times (poison message)' \
+             WHERE state = 1 AND lease_until_ms < ?1 AND expiries + 1 >= ?2",
+            params![now_ms, max_expiries],
+        )
+        .map_err(db)?;
+    let returned = c
+        .execute(
+            "UPDATE deliveries SET state = 0, visible_at_ms = ?1, lease_until_ms = NULL, \
+             lease_token = NULL, expiries = expiries + 1, updated_at_ms = ?1 \
+             WHERE state = 1 AND lease_until_ms < ?1",
+            [now_ms],
+        )
+        .map_err(db)?;
+    Ok(ReapReport {
+        returned: returned as u64,
+        dead: dead as u64,
+    })
+}
+
+fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryView> {
+    Ok(DeliveryView {
+        id: r.get(0)?,
+        message_id: r.get(1)?,
+        endpoint_id: r.get(2)?,
+        state: DeliveryState::from_code(r.get(3)?),
+        attempts: r.get(4)?,
+        visible_at_ms: r.get(5)?,
+        last_status: r.get(6)?,
+        last_error: r.get(7)?,
+        created_at_ms: r.get(8)?,
+        updated_at_ms: r.get(9)?,
+    })
+}
+
+pub fn list_deliveries(c: &Connection, f: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>> {
+    let scope = match (&f.message_id, &f.endpoint_id) {
+        (Some(_), _) => "message_id = ?1 AND (?2 IS NULL OR endpoint_id = ?2)",
+        (None, Some(_)) => "endpoint_id = ?2 AND ?1 IS NULL",
+        (None, None) => "?1 IS NULL AND ?2 IS NULL",
+    };
+    let sql = format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE {scope} AND tenant_id = ?3 \
+         AND (?4 IS NULL OR state = ?4) AND id > ?5 ORDER BY id LIMIT ?6"
+    );
+    let mut s = c.prepare_cached(&sql).map_err(db)?;
+    let rows = s
+        .query_map(
+            params![
+                f.message_id,
+                f.endpoint_id,
+                f.tenant_id,
+                f.state.map(DeliveryState::code),
+                f.after.unwrap_or(0),
+                f.limit
+            ],
+            delivery_row,
+        )
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub fn attempts(c: &Connection, tenant: &str, delivery_id: i64) -> StoreResult<Vec<AttemptView>> {
+    let owned: Option<i64> = c
+        .prepare_cached("SELECT id FROM deliveries WHERE id = ?1 AND tenant_id = ?2")
+        .and_then(|mut s| s.query_row(params![delivery_id, tenant], |r| r.get(0)).optional())
+        .map_err(db)?;
+    if owned.is_none() {
+        return Err(StoreError::NotFound("delivery"));
+    }
+    let mut s = c
+        .prepare_cached(
+            "SELECT id, delivery_id, started_at_ms, duration_ms, status, error_kind, response \
+             FROM attempts WHERE delivery_id = ?1 ORDER BY id",
+        )
+        .map_err(db)?;
+    let rows = s
+        .query_map([delivery_id], |r| {
+            Ok(AttemptView {
+                id: r.get(0)?,
+                delivery_id: r.get(1)?,
+                started_at_ms: r.get(2)?,
+                duration_ms: r.get(3)?,
+                status: r.get(4)?,
+                error_kind: r.get(5)?,
+                response: r.get(6)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub fn replay(
+    c: &Connection,
+    tenant: &str,
+    target: &ReplayTarget,
+    now_ms: i64,
+) -> StoreResult<u64> {
+    const SET: &str = "UPDATE deliveries SET state = 0, attempts = 0, expiries = 0, \
+        visible_at_ms = ?1, last_error = 'replayed', updated_at_ms = ?1";
+    let n = match target {
+        ReplayTarget::Delivery(id) => {
+            let state: Option<i64> = c
+                .query_row(
+                    "SELECT state FROM deliveries WHERE id = ?1 AND tenant_id = ?2",
+                    params![id, tenant],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(db)?;
+            match state.map(DeliveryState::from_code) {
+                None => return Err(StoreError::NotFound("delivery")),
+                Some(DeliveryState::Dead) => {}
+                Some(other) => {
+                    return Err(StoreError::Conflict(format!(
+                        "delivery {id} is {}, not dead-lettered",
+                        other.name()
+                    )));
+                }
+            }
+            c.execute(
+                &format!("{SET} WHERE id = ?2 AND tenant_id = ?3 AND state = 3"),
+                params![now_ms, id, tenant],
+            )
+        }
+        ReplayTarget::Endpoint(endpoint) => {
+            endpoint_owned(c, tenant, endpoint)?;
+            c.execute(
+                &format!("{SET} WHERE endpoint_id = ?2 AND tenant_id = ?3 AND state = 3"),
+                params![now_ms, endpoint, tenant],
+            )
+        }
+    }
+    .map_err(db)?;
+    Ok(n as u64)
+}
+
+fn endpoint_owned(c: &Connection, tenant: &str, endpoint: &str) -> StoreResult<()> {
+    let owned: Option<i64> = c
+        .query_row(
+            "SELECT 1 FROM endpoints WHERE id = ?1 AND tenant_id = ?2",
+            [endpoint, tenant],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db)?;
+    owned.map(|_| ()).ok_or(StoreError::NotFound("endpoint"))
+}
+
+pub fn record_event(c: &Connection, e: &EndpointEvent) -> StoreResult<()> {
+    c.execute(
+        "INSERT INTO endpoint_events (tenant_id, endpoint_id, kind, detail, at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![e.tenant_id, e.endpoint_id, e.kind, e.detail, e.at_ms],
+    )
+    .map_err(db)?;
+    Ok(())
+}
+
+pub fn list_events(
+    c: &Connection,
+    tenant: &str,
+    endpoint: &str,
+    limit: u32,
+) -> StoreResult<Vec<EndpointEvent>> {
+    endpoint_owned(c, tenant, endpoint)?;
+    let mut s = c
+        .prepare_cached(
+            "SELECT tenant_id, endpoint_id, kind, detail, at_ms FROM endpoint_events \
+             WHERE endpoint_id = ?1 ORDER BY id DESC LIMIT ?2",
+        )
+        .map_err(db)?;
+    let rows = s
+        .query_map(params![endpoint, limit], |r| {
+            Ok(EndpointEvent {
+                tenant_id: r.get(0)?,
+                endpoint_id: r.get(1)?,
+                kind: r.get(2)?,
+                detail: r.get(3)?,
+                at_ms: r.get(4)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub fn queue_stats(c: &Connection, now_ms: i64) -> StoreResult<QueueStats> {
+    let mut stats = QueueStats::default();
+    let mut s = c
+        .prepare_cached("SELECT state, COUNT(*) FROM deliveries GROUP BY state")
+        .map_err(db)?;
+    let mut rows = s.query([]).map_err(db)?;
+    while let Some(r) = rows.next().map_err(db)? {
+        let n: i64 = r.get(1).map_err(db)?;
+        match DeliveryState::from_code(r.get(0).map_err(db)?) {
+            DeliveryState::Ready => stats.ready = n as u64,
+            DeliveryState::Leased => stats.leased = n as u64,
+            DeliveryState::Delivered => stats.delivered = n as u64,
+            DeliveryState::Dead => stats.dead = n as u64,
+        }
+    }
+    // One index probe per enabled endpoint: cost grows with endpoints, not with the backlog.
+    let mut s = c
+        .prepare_cached(
+            "SELECT e.tenant_id, MIN((SELECT MIN(d.visible_at_ms) FROM deliveries d \
+             WHERE d.state = 0 AND d.endpoint_id = e.id AND d.visible_at_ms <= ?1)) \
+             FROM endpoints e WHERE e.enabled = 1 GROUP BY e.tenant_id",
+        )
+        .map_err(db)?;
+    let rows = s
+        .query_map([now_ms], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<i64>>(1)?))
+        })
+        .map_err(db)?;
+    for row in rows {
+        let (tenant, oldest) = row.map_err(db)?;
+        stats
+            .oldest_ready_age_ms
+            .push((tenant, oldest.map_or(0, |t| (now_ms - t).max(0))));
+    }
+    Ok(stats)
+}
