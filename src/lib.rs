@@ -22,8 +22,13 @@
 
 pub mod admission;
 pub mod clock;
+pub mod config;
+pub mod delivery;
+pub mod dispatcher;
 pub mod egress;
 pub mod ids;
+pub mod lease;
+pub mod metrics;
 pub mod retry;
 pub mod signing;
 pub mod sizing;

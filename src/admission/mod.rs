@@ -6,4 +6,6 @@
 //! - [`fleet`]: lane slots held in Redis so a fleet of dispatchers shares one allowance.
 
 pub mod breaker;
+pub mod fleet;
 pub mod governor;
+pub mod lane;

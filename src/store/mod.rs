@@ -191,7 +191,9 @@ pub async fn open(
             Ok(Arc::new(postgres::PostgresStore::connect(url).await?))
         }
         Some(url) if url.starts_with("sqlite:") => {
-            let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+            let path = url
+                .trim_start_matches("sqlite://")
+                .trim_start_matches("sqlite:");
             Ok(Arc::new(sqlite::SqliteStore::open(path.as_ref(), sqlite)?))
         }
         Some(other) => Err(StoreError::Database(format!(

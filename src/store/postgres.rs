@@ -111,7 +111,8 @@ async fn listen(config: tokio_postgres::Config, signal: Arc<Notify>) {
     loop {
         match config.connect(NoTls).await {
             Ok((client, mut connection)) => {
-                let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                let mut messages =
+                    futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
                 let listening = async {
                     client
                         .batch_execute(&format!("LISTEN {WORK_CHANNEL}"))
@@ -309,8 +310,13 @@ impl Store for PostgresStore {
         lease_token: i64,
         lease_until_ms: i64,
     ) -> StoreResult<bool> {
-        queries::extend_lease(&self.client().await?, delivery_id, lease_token, lease_until_ms)
-            .await
+        queries::extend_lease(
+            &self.client().await?,
+            delivery_id,
+            lease_token,
+            lease_until_ms,
+        )
+        .await
     }
 
     async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {

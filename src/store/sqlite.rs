@@ -131,7 +131,11 @@ impl SqliteStore {
     }
 }
 
-fn open_connection(path: &Path, options: SqliteOptions, read_only: bool) -> StoreResult<Connection> {
+fn open_connection(
+    path: &Path,
+    options: SqliteOptions,
+    read_only: bool,
+) -> StoreResult<Connection> {
     let flags = if read_only {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
     } else {
@@ -139,16 +143,20 @@ fn open_connection(path: &Path, options: SqliteOptions, read_only: bool) -> Stor
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
     };
-    let conn = Connection::open_with_flags(path, flags).map_err(|e| {
-        StoreError::Unavailable(format!("cannot open {}: {e}", path.display()))
-    })?;
-    let sync = if options.synchronous_full { "FULL" } else { "NORMAL" };
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+    let sync = if options.synchronous_full {
+        "FULL"
+    } else {
+        "NORMAL"
+    };
     let pragmas = format!(
         "PRAGMA busy_timeout = 5000; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; \
          PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY;"
     );
     if !read_only {
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(db)?;
     }
     conn.execute_batch(&pragmas).map_err(db)?;
     conn.set_prepared_statement_cache_capacity(64);
@@ -177,14 +185,19 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
         );
         if let Err(e) = conn.execute_batch(&batch) {
             let _ = conn.execute_batch("ROLLBACK");
-            return Err(StoreError::Database(format!("migration {version} failed: {e}")));
+            return Err(StoreError::Database(format!(
+                "migration {version} failed: {e}"
+            )));
         }
     }
     Ok(())
 }
 
 /// Run one job inside a savepoint so that its failure rolls back only its own writes.
-fn savepoint<T>(conn: &Connection, f: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+fn savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
     conn.execute_batch("SAVEPOINT job").map_err(db)?;
     let result = f(conn);
     let end = if result.is_ok() {
@@ -284,7 +297,8 @@ impl Store for SqliteStore {
 
     async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()> {
         let tenant = tenant.clone();
-        self.write(move |c| queries::create_tenant(c, &tenant)).await
+        self.write(move |c| queries::create_tenant(c, &tenant))
+            .await
     }
 
     async fn tenant(&self, id: &str) -> StoreResult<Tenant> {
@@ -361,8 +375,10 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> StoreResult<()> {
         let (id, reason) = (id.to_owned(), reason.map(str::to_owned));
-        self.write(move |c| queries::set_endpoint_enabled(c, &id, enabled, reason.as_deref(), now_ms))
-            .await?;
+        self.write(move |c| {
+            queries::set_endpoint_enabled(c, &id, enabled, reason.as_deref(), now_ms)
+        })
+        .await?;
         if enabled {
             self.signal.notify_one();
         }
@@ -429,7 +445,8 @@ impl Store for SqliteStore {
 
     async fn list_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>> {
         let filter = filter.clone();
-        self.read(move |c| queries::list_deliveries(c, &filter)).await
+        self.read(move |c| queries::list_deliveries(c, &filter))
+            .await
     }
 
     async fn attempts(&self, tenant: &str, delivery_id: i64) -> StoreResult<Vec<AttemptView>> {

@@ -96,7 +96,10 @@ pub fn list_tenants(c: &Connection, after: &str, limit: u32) -> StoreResult<Vec<
 
 pub fn set_tenant_token(c: &Connection, id: &str, hash: &str) -> StoreResult<()> {
     let n = c
-        .execute("UPDATE tenants SET token_hash = ?2 WHERE id = ?1", [id, hash])
+        .execute(
+            "UPDATE tenants SET token_hash = ?2 WHERE id = ?1",
+            [id, hash],
+        )
         .map_err(db)?;
     if n == 0 {
         return Err(StoreError::NotFound("tenant"));
@@ -650,7 +653,10 @@ pub fn list_deliveries(c: &Connection, f: &DeliveryFilter) -> StoreResult<Vec<De
 pub fn attempts(c: &Connection, tenant: &str, delivery_id: i64) -> StoreResult<Vec<AttemptView>> {
     let owned: Option<i64> = c
         .prepare_cached("SELECT id FROM deliveries WHERE id = ?1 AND tenant_id = ?2")
-        .and_then(|mut s| s.query_row(params![delivery_id, tenant], |r| r.get(0)).optional())
+        .and_then(|mut s| {
+            s.query_row(params![delivery_id, tenant], |r| r.get(0))
+                .optional()
+        })
         .map_err(db)?;
     if owned.is_none() {
         return Err(StoreError::NotFound("delivery"));

@@ -1,0 +1,262 @@
+//! What happens next after an attempt: the one place that turns a response or failure into a
+//! settle outcome, a governor observation, a pause and a disable. Pure, so it is tested alone.
+
+use std::time::Duration;
+
+use super::{ErrorKind, Failure, Response};
+use crate::admission::governor::Observation;
+use crate::retry::{RetrySchedule, clamp_retry_after};
+use crate::store::SettleOutcome;
+
+/// The consequences of one attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// What the store does with the delivery.
+    pub outcome: SettleOutcome,
+    /// What the governor learns.
+    pub observation: Observation,
+    /// Pause the whole endpoint for this long (Retry-After on a throttling answer).
+    pub pause: Option<Duration>,
+    /// Disable the endpoint with this reason (410 Gone).
+    pub disable: Option<String>,
+    /// Did the attempt fail (for the error breaker and auto-disable)?
+    pub failed: bool,
+}
+
+/// Decide what follows an attempt; `attempts_made` includes this one.
+pub fn decide(
+    result: &Result<Response, Failure>,
+    attempts_made: u32,
+    schedule: &RetrySchedule,
+    max_pause: Duration,
+    now_ms: i64,
+    jitter_sample: f64,
+) -> Decision {
+    let retry_or_dead = |floor_ms: i64, why: String| match schedule.next_attempt_at(
+        attempts_made,
+        now_ms,
+        jitter_sample,
+    ) {
+        Some(at_ms) => SettleOutcome::Retry {
+            at_ms: at_ms.max(floor_ms),
+        },
+        None => SettleOutcome::Dead {
+            reason: format!("{why} after {attempts_made} attempts"),
+        },
+    };
+    match result {
+        Ok(r) if (200..300).contains(&r.status) => Decision {
+            outcome: SettleOutcome::Delivered,
+            observation: Observation::Success,
+            pause: None,
+            disable: None,
+            failed: false,
+        },
+        Ok(r) if r.status == 410 => Decision {
+            // Held, not dropped: the endpoint is disabled and its deliveries wait for re-enable.
+            outcome: SettleOutcome::Retry { at_ms: now_ms },
+            observation: Observation::OtherFailure,
+            pause: None,
+            disable: Some("endpoint answered 410 Gone".into()),
+            failed: true,
+        },
+        Ok(r) if matches!(r.status, 429 | 502 | 503 | 504) => {
+            let pause = r.retry_after.map(|d| clamp_retry_after(d, max_pause));
+            let floor_ms = now_ms + pause.map_or(0, |d| d.as_millis() as i64);
+            Decision {
+                outcome: retry_or_dead(floor_ms, format!("HTTP {}", r.status)),
+                observation: Observation::Throttled {
+                    retry_after: r.retry_after,
+                },
+                pause,
+                disable: None,
+                failed: true,
+            }
+        }
+        Ok(r) => Decision {
+            outcome: retry_or_dead(now_ms, format!("HTTP {}", r.status)),
+            observation: Observation::OtherFailure,
+            pause: None,
+            disable: None,
+            failed: true,
+        },
+        Err(f) if f.kind == ErrorKind::Refused => Decision {
+            outcome: SettleOutcome::Dead {
+                reason: f.message.clone(),
+            },
+            observation: Observation::OtherFailure,
+            pause: None,
+            disable: None,
+            failed: true,
+        },
+        Err(f) => Decision {
+            outcome: retry_or_dead(now_ms, f.kind.as_str().to_string()),
+            observation: if f.kind.is_timeout() {
+                Observation::Timeout
+            } else if matches!(
+                f.kind,
+                ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset | ErrorKind::Dns
+            ) {
+                Observation::ConnectFailure
+            } else {
+                Observation::OtherFailure
+            },
+            pause: None,
+            disable: None,
+            failed: true,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(status: u16, retry_after: Option<u64>) -> Result<Response, Failure> {
+        Ok(Response {
+            status,
+            retry_after: retry_after.map(Duration::from_secs),
+            body: String::new(),
+        })
+    }
+
+    fn failure(kind: ErrorKind) -> Result<Response, Failure> {
+        Err(Failure {
+            kind,
+            message: kind.as_str().into(),
+        })
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn success_delivers() {
+        let d = decide(
+            &response(204, None),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert_eq!(d.outcome, SettleOutcome::Delivered);
+        assert_eq!(d.observation, Observation::Success);
+        assert!(!d.failed);
+    }
+
+    #[test]
+    fn gone_disables_and_holds() {
+        let d = decide(
+            &response(410, None),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            7,
+            0.5,
+        );
+        assert_eq!(d.outcome, SettleOutcome::Retry { at_ms: 7 });
+        assert!(d.disable.is_some());
+    }
+
+    #[test]
+    fn throttling_honours_retry_after_and_pauses() {
+        let d = decide(
+            &response(429, Some(120)),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert_eq!(d.pause, Some(Duration::from_secs(120)));
+        // The first retry is due after 5 s, but not before the endpoint's Retry-After.
+        assert_eq!(d.outcome, SettleOutcome::Retry { at_ms: 120_000 });
+        assert!(matches!(d.observation, Observation::Throttled { .. }));
+    }
+
+    #[test]
+    fn retry_after_is_clamped() {
+        let d = decide(
+            &response(503, Some(10 * 86_400)),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert_eq!(d.pause, Some(HOUR));
+    }
+
+    #[test]
+    fn other_statuses_retry_on_schedule_then_dead_letter() {
+        let d = decide(
+            &response(500, None),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert_eq!(d.outcome, SettleOutcome::Retry { at_ms: 5_000 });
+        assert_eq!(d.observation, Observation::OtherFailure);
+        let d = decide(
+            &response(500, None),
+            8,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert!(matches!(d.outcome, SettleOutcome::Dead { .. }));
+    }
+
+    #[test]
+    fn redirects_are_failures() {
+        let d = decide(
+            &response(302, None),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert!(d.failed);
+        assert!(matches!(d.outcome, SettleOutcome::Retry { .. }));
+    }
+
+    #[test]
+    fn timeouts_and_refusals_feed_the_governor_and_retry() {
+        let d = decide(
+            &failure(ErrorKind::ReadTimeout),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert_eq!(d.observation, Observation::Timeout);
+        let d = decide(
+            &failure(ErrorKind::ConnectionRefused),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert_eq!(d.observation, Observation::ConnectFailure);
+        assert!(matches!(d.outcome, SettleOutcome::Retry { .. }));
+    }
+
+    #[test]
+    fn a_refused_destination_is_not_retried() {
+        let d = decide(
+            &failure(ErrorKind::Refused),
+            1,
+            &RetrySchedule::default(),
+            HOUR,
+            0,
+            0.5,
+        );
+        assert!(matches!(d.outcome, SettleOutcome::Dead { .. }));
+    }
+}

@@ -1,0 +1,295 @@
+//! The dispatcher: claim → admit → deliver → settle, with a reaper and a drain.
+//!
+//! The leaser ([`crate::lease`]) claims batches only as far as free capacity allows and spawns
+//! one task per delivery; each task runs [`pipeline::run`] and hands its settlement to the
+//! settler, which writes them in batches. On shutdown the leaser stops, in-flight attempts get a
+//! grace period, and whatever has not finished is released (ready again, attempts unchanged).
+
+pub mod endpoints;
+pub mod pipeline;
+mod settler;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::admission::fleet::{FleetAcquire, FleetLanes, FleetSlot};
+use crate::config::DispatchSettings;
+use crate::delivery::Clients;
+use crate::egress::EgressPolicy;
+use crate::metrics::Metrics;
+use crate::store::{Claimed, SettleOutcome, Settlement, SharedStore};
+
+use endpoints::{EndpointRuntime, Endpoints};
+pub use settler::SettleItem;
+
+/// Shared state of one dispatcher process.
+pub struct Ctx {
+    /// The durable queue.
+    pub store: SharedStore,
+    /// Validated settings.
+    pub settings: Arc<DispatchSettings>,
+    /// Metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// HTTP clients behind the egress guard.
+    pub clients: Clients,
+    /// Live endpoint state.
+    pub endpoints: Endpoints,
+    /// Fleet-wide lanes, when Redis is configured.
+    pub fleet: Option<Arc<FleetLanes>>,
+    /// Global bound on attempts in flight.
+    pub attempts: Semaphore,
+    /// The current global concurrency bound.
+    concurrency: AtomicU32,
+    /// Claimed deliveries not yet settled.
+    outstanding: AtomicUsize,
+    /// Signalled when outstanding work settles (capacity freed).
+    capacity: Notify,
+    draining: AtomicBool,
+    inflight: Mutex<HashMap<i64, (i64, AbortHandle)>>,
+    settle_tx: mpsc::Sender<SettleItem>,
+}
+
+impl Ctx {
+    /// The global concurrency bound in force.
+    pub fn concurrency(&self) -> u32 {
+        self.concurrency.load(Ordering::Relaxed)
+    }
+
+    /// Change the global concurrency bound (auto-sizing).
+    pub fn set_concurrency(&self, n: u32) {
+        let old = self.concurrency.swap(n, Ordering::AcqRel);
+        if n > old {
+            self.attempts.add_permits((n - old) as usize);
+        } else if n < old {
+            self.attempts.forget_permits((old - n) as usize);
+        }
+        self.metrics.concurrency_limit.set(i64::from(n));
+        self.capacity.notify_one();
+    }
+
+    /// Claimed and not yet settled.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Acquire)
+    }
+
+    /// Has drain begun?
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Endpoints the next claim should skip: paused, breaker open, or lane already full.
+    pub fn blocked_endpoints(&self) -> Vec<String> {
+        let now = Instant::now();
+        let concurrency = self.concurrency();
+        let mut out = Vec::new();
+        for rt in self.endpoints.all() {
+            let s = rt.state();
+            let blocked = crate::admission::governor::is_paused(&s.governor, now)
+                || matches!(s.breaker.state(),
+                    crate::admission::breaker::BreakerState::Open { until, .. } if until > now)
+                || rt.lane.in_use() >= s.effective_lane(&self.settings, concurrency);
+            if blocked {
+                out.push(rt.id.clone());
+            }
+        }
+        out
+    }
+
+    /// Start one delivery's task.
+    pub fn spawn(self: &Arc<Self>, d: Claimed) {
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        let ctx = self.clone();
+        let id = d.delivery_id;
+        let token = d.lease_token;
+        let leased_at = Instant::now();
+        // Hold the map lock across the spawn so the task cannot remove its entry first.
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = tokio::spawn(async move {
+            let settlement = pipeline::run(&ctx, &d).await;
+            ctx.inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&d.delivery_id);
+            ctx.submit(SettleItem {
+                settlement,
+                leased_at,
+                endpoint_id: d.endpoint_id,
+                tenant_id: d.tenant_id,
+            })
+            .await;
+        });
+        inflight.insert(id, (token, handle.abort_handle()));
+    }
+
+    async fn submit(&self, item: SettleItem) {
+        if self.settle_tx.send(item).await.is_err() {
+            // The settler is gone (shutdown): the lease expires and the reaper returns it.
+            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    pub(crate) fn settled(&self, n: usize) {
+        self.outstanding.fetch_sub(n, Ordering::AcqRel);
+        self.capacity.notify_one();
+    }
+
+    /// Wait until some capacity frees or `timeout` passes.
+    pub async fn capacity_freed(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.capacity.notified()).await;
+    }
+}
+
+/// Take a fleet-wide slot for the endpoint within the lane deadline; `Ok(None)` when Redis is
+/// unreachable and the local share admits it, `Err(())` to shed.
+pub(crate) async fn fleet_slot(
+    ctx: &Ctx,
+    fleet: &FleetLanes,
+    endpoint: &EndpointRuntime,
+    concurrency: u32,
+) -> Result<Option<FleetSlot>, ()> {
+    let until = Instant::now() + ctx.settings.lane_deadline;
+    loop {
+        let allowance = endpoint.state().effective_lane(&ctx.settings, concurrency);
+        match fleet.try_acquire(&endpoint.id, allowance).await {
+            FleetAcquire::Acquired(slot) => return Ok(Some(slot)),
+            FleetAcquire::Unavailable => {
+                // Our local lane slot is already counted in in_use().
+                return if endpoint.lane.in_use() <= fleet.local_share(allowance) {
+                    Ok(None)
+                } else {
+                    Err(())
+                };
+            }
+            FleetAcquire::Full => {
+                if Instant::now() + Duration::from_millis(20) >= until {
+                    return Err(());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// A dispatcher, ready to run.
+pub struct Dispatcher {
+    ctx: Arc<Ctx>,
+    settle_rx: mpsc::Receiver<SettleItem>,
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Attempts that finished within the grace period.
+    pub finished: usize,
+    /// Deliveries released (ready again, attempts unchanged).
+    pub released: usize,
+}
+
+impl Dispatcher {
+    /// A dispatcher over `store`.
+    pub fn new(
+        store: SharedStore,
+        settings: DispatchSettings,
+        metrics: Arc<Metrics>,
+        fleet: Option<Arc<FleetLanes>>,
+    ) -> Self {
+        let settings = Arc::new(settings);
+        let concurrency = settings.concurrency.initial();
+        let policy = Arc::new(EgressPolicy::new(settings.allow_networks.clone()));
+        let (settle_tx, settle_rx) = mpsc::channel(settings.concurrency.ceiling() as usize * 2);
+        metrics.concurrency_limit.set(i64::from(concurrency));
+        let ctx = Arc::new(Ctx {
+            clients: Clients::new(
+                policy,
+                settings.concurrency.ceiling() as usize,
+                settings.max_response_bytes,
+            ),
+            endpoints: Endpoints::new(store.clone(), settings.clone()),
+            store,
+            metrics,
+            fleet,
+            attempts: Semaphore::new(concurrency as usize),
+            concurrency: AtomicU32::new(concurrency),
+            outstanding: AtomicUsize::new(0),
+            capacity: Notify::new(),
+            draining: AtomicBool::new(false),
+            inflight: Mutex::new(HashMap::new()),
+            settle_tx,
+            settings,
+        });
+        Self { ctx, settle_rx }
+    }
+
+    /// The shared state (for the API's status and metrics views).
+    pub fn ctx(&self) -> Arc<Ctx> {
+        self.ctx.clone()
+    }
+
+    /// Run until `shutdown` resolves, then drain.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> DrainReport {
+        let ctx = self.ctx;
+        let settler = tokio::spawn(settler::run(ctx.clone(), self.settle_rx));
+        let leaser = tokio::spawn(crate::lease::leaser(ctx.clone()));
+        let reaper = tokio::spawn(crate::lease::reaper(ctx.clone()));
+        let autosize = tokio::spawn(crate::lease::autosize(ctx.clone()));
+        shutdown.await;
+        tracing::info!(
+            "draining: no new claims; in-flight attempts get {:?}",
+            ctx.settings.drain_grace
+        );
+        ctx.draining.store(true, Ordering::Release);
+        leaser.abort();
+        reaper.abort();
+        autosize.abort();
+        let started = ctx.outstanding();
+        let deadline = Instant::now() + ctx.settings.drain_grace;
+        while ctx.outstanding() > 0 && Instant::now() < deadline {
+            ctx.capacity_freed(Duration::from_millis(50)).await;
+        }
+        // Whatever is still running loses its attempt: release it (at-least-once; the same
+        // webhook-id goes out again later).
+        let leftover: Vec<(i64, i64)> = {
+            let mut inflight = ctx.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            inflight
+                .drain()
+                .map(|(id, (token, handle))| {
+                    handle.abort();
+                    (id, token)
+                })
+                .collect()
+        };
+        let released = leftover.len();
+        for (delivery_id, lease_token) in leftover {
+            ctx.submit(SettleItem {
+                settlement: Settlement {
+                    delivery_id,
+                    lease_token,
+                    outcome: SettleOutcome::Release,
+                    attempt: None,
+                },
+                leased_at: Instant::now(),
+                endpoint_id: String::new(),
+                tenant_id: String::new(),
+            })
+            .await;
+        }
+        let flush_deadline = Instant::now() + Duration::from_secs(10);
+        while ctx.outstanding() > 0 && Instant::now() < flush_deadline {
+            ctx.capacity_freed(Duration::from_millis(50)).await;
+        }
+        settler.abort();
+        if let Some(fleet) = &ctx.fleet {
+            fleet.leave().await;
+        }
+        DrainReport {
+            finished: started.saturating_sub(released),
+            released,
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! One claimed delivery's path: admit (disabled? paused? breaker? lane?) → deliver → decide.
+//!
+//! Only the admission decision and the bookkeeping take the endpoint's mutex, briefly; nothing
+//! here holds a lock, a transaction or a slot longer than the attempt that needs it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::Ctx;
+use super::endpoints::EndpointRuntime;
+use crate::admission::breaker::Admission;
+use crate::admission::governor::{self, Observation};
+use crate::delivery::{self, Report};
+use crate::metrics::{HeldLabel, HostLabel, Metrics, PhaseLabel};
+use crate::store::{AttemptRecord, Claimed, EndpointEvent, SettleOutcome, Settlement, StoreError};
+
+/// Why a delivery was requeued without an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// The lane stayed full past its deadline.
+    Shed,
+    /// Retry-After pause.
+    Paused,
+    /// Breaker open.
+    BreakerOpen,
+    /// Endpoint disabled.
+    Disabled,
+    /// Drain started before the attempt.
+    Draining,
+}
+
+/// Run one delivery to a settlement.
+pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
+    let endpoint = match ctx.endpoints.get(&d.endpoint_id).await {
+        Ok(rt) => rt,
+        Err(StoreError::NotFound(_)) => {
+            return settlement(
+                d,
+                SettleOutcome::Dead {
+                    reason: "endpoint no longer exists".into(),
+                },
+                None,
+            );
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, endpoint = %d.endpoint_id, "cannot load endpoint");
+            return requeue(ctx, d, None, Held::Shed);
+        }
+    };
+    let now = Instant::now();
+    let concurrency = ctx.concurrency();
+    let (target, probe) = {
+        let mut s = endpoint.state();
+        s.window.record_offered(now);
+        if !s.enabled {
+            drop(s);
+            return requeue(ctx, d, Some(&endpoint), Held::Disabled);
+        }
+        if governor::is_paused(&s.governor, now) {
+            let until = s.governor.paused_until;
+            s.window.record_held(now);
+            drop(s);
+            return requeue_until(ctx, d, &endpoint, until, Held::Paused);
+        }
+        let probe = match s.breaker.admit(now) {
+            Admission::Allow => false,
+            Admission::Probe => true,
+            Admission::Hold { until } => {
+                s.window.record_held(now);
+                drop(s);
+                return requeue_until(ctx, d, &endpoint, Some(until), Held::BreakerOpen);
+            }
+        };
+        match &s.target {
+            Ok(t) => (t.clone(), probe),
+            Err(reason) => {
+                let reason = reason.clone();
+                if probe {
+                    s.breaker.cancel_probe();
+                }
+                drop(s);
+                return settlement(d, SettleOutcome::Dead { reason }, None);
+            }
+        }
+    };
+
+    // The lane: wait at most the deadline, then shed. The limit follows the governor.
+    let limit = || endpoint.state().effective_lane(&ctx.settings, concurrency);
+    let slot = match endpoint
+        .lane
+        .acquire(limit, ctx.settings.lane_deadline)
+        .await
+    {
+        Ok(slot) => slot,
+        Err(_) => {
+            let mut s = endpoint.state();
+            s.window.record_shed(Instant::now());
+            if probe {
+                s.breaker.cancel_probe();
+            }
+            drop(s);
+            return requeue(ctx, d, Some(&endpoint), Held::Shed);
+        }
+    };
+    let fleet_slot = match &ctx.fleet {
+        Some(fleet) => match super::fleet_slot(ctx, fleet, &endpoint, concurrency).await {
+            Ok(slot) => slot,
+            Err(()) => {
+                let mut s = endpoint.state();
+                s.window.record_shed(Instant::now());
+                if probe {
+                    s.breaker.cancel_probe();
+                }
+                drop(s);
+                drop(slot);
+                return requeue(ctx, d, Some(&endpoint), Held::Shed);
+            }
+        },
+        None => None,
+    };
+    if ctx.is_draining() {
+        drop(slot);
+        if let (Some(fleet), Some(fs)) = (&ctx.fleet, fleet_slot) {
+            fleet.release(fs).await;
+        }
+        return settlement(d, SettleOutcome::Release, None);
+    }
+    let _permit = ctx.attempts.acquire().await;
+    ctx.metrics.in_flight.inc();
+    let report = ctx
+        .clients
+        .attempt(&target, &d.message_id, &d.payload)
+        .await;
+    ctx.metrics.in_flight.dec();
+    drop(_permit);
+    drop(slot);
+    if let (Some(fleet), Some(fs)) = (&ctx.fleet, fleet_slot) {
+        fleet.release(fs).await;
+    }
+    settle_attempt(ctx, d, &endpoint, report).await
+}
+
+/// Feed the attempt to the governor, breaker, statistics and metrics, then decide.
+async fn settle_attempt(
+    ctx: &Arc<Ctx>,
+    d: &Claimed,
+    endpoint: &Arc<EndpointRuntime>,
+    report: Report,
+) -> Settlement {
+    let now_ms = crate::clock::now_ms();
+    let attempts_made = d.attempts + 1;
+    let decision = delivery::decide(
+        &report.result,
+        attempts_made,
+        &ctx.settings.retry,
+        ctx.settings.governor.max_pause,
+        now_ms,
+        rand::rng().random(),
+    );
+    let now = Instant::now();
+    let (transition, host, failing_change) = {
+        let mut s = endpoint.state();
+        s.governor = governor::step(
+            &ctx.settings.governor,
+            s.governor,
+            &decision.observation,
+            now,
+        );
+        if let Some(pause) = decision.pause {
+            let until = now + pause;
+            if s.governor.paused_until.is_none_or(|p| p < until) {
+                s.governor.paused_until = Some(until);
+            }
+        }
+        s.window
+            .record_attempt(now, report.duration, !decision.failed);
+        let transition = s.breaker.record(now, report.duration, decision.failed);
+        let failing_change = match (decision.failed, s.failing_since_ms) {
+            (true, None) => {
+                s.failing_since_ms = Some(now_ms);
+                Some(Some(now_ms))
+            }
+            (false, Some(_)) => {
+                s.failing_since_ms = None;
+                Some(None)
+            }
+            _ => None,
+        };
+        let long_failing = s.failing_since_ms.is_some_and(|since| {
+            now_ms - since >= ctx.settings.auto_disable_after.as_millis() as i64
+        });
+        (
+            transition,
+            s.host.clone(),
+            if long_failing && decision.disable.is_none() {
+                Some(Err(s.failing_since_ms.unwrap_or(now_ms)))
+            } else {
+                failing_change.map(Ok)
+            },
+        )
+    };
+    observe(
+        &ctx.metrics,
+        d,
+        &endpoint.id,
+        &host,
+        &report,
+        &decision.observation,
+        decision.failed,
+    );
+
+    if let Some(t) = transition {
+        record_event(ctx, endpoint, &format!("breaker_{}", t.to), &t.reason).await;
+    }
+    match failing_change {
+        Some(Ok(since)) => {
+            let _ = ctx.store.set_endpoint_failing(&endpoint.id, since).await;
+        }
+        Some(Err(since)) => {
+            let reason = format!(
+                "auto-disabled: failing continuously since {} ms epoch ({} h)",
+                since,
+                (now_ms - since) / 3_600_000
+            );
+            disable(ctx, endpoint, &reason).await;
+        }
+        None => {}
+    }
+    if let Some(reason) = &decision.disable {
+        disable(ctx, endpoint, reason).await;
+    }
+
+    let attempt = AttemptRecord {
+        started_at_ms: report.started_at_ms,
+        duration_ms: report.duration.as_millis().min(u128::from(u32::MAX)) as u32,
+        status: report.result.as_ref().ok().map(|r| r.status),
+        error_kind: match &report.result {
+            Ok(r) if (200..300).contains(&r.status) => None,
+            Ok(r) => Some(format!("http_{}", r.status)),
+            Err(f) => Some(f.kind.as_str().to_owned()),
+        },
+        response: match &report.result {
+            Ok(r) if !r.body.is_empty() => Some(r.body.clone()),
+            Ok(_) => None,
+            Err(f) => Some(f.message.clone()),
+        },
+    };
+    if matches!(decision.outcome, SettleOutcome::Delivered) {
+        let e2e = (now_ms - d.message_created_at_ms).max(0) as f64 / 1000.0;
+        ctx.metrics.end_to_end_seconds.observe(e2e);
+    }
+    settlement(d, decision.outcome, Some(attempt))
+}
+
+fn observe(
+    m: &Metrics,
+    d: &Claimed,
+    endpoint: &str,
+    host: &str,
+    report: &Report,
+    observation: &Observation,
+    failed: bool,
+) {
+    let _ = d;
+    let label = Metrics::endpoint(endpoint);
+    if failed {
+        m.deliveries_failed.get_or_create(&label).inc();
+    } else if matches!(observation, Observation::Success) {
+        m.deliveries_ok.get_or_create(&label).inc();
+    }
+    m.delivery_duration
+        .get_or_create(&HostLabel {
+            host: host.to_owned(),
+        })
+        .observe(report.duration.as_secs_f64());
+    for (phase, took) in [
+        ("sign", report.phases.sign),
+        ("http", report.phases.http),
+        ("body", report.phases.body),
+    ] {
+        m.phase_seconds
+            .get_or_create(&PhaseLabel { phase })
+            .observe(took.as_secs_f64());
+    }
+}
+
+async fn disable(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, reason: &str) {
+    let now_ms = crate::clock::now_ms();
+    if let Err(e) = ctx
+        .store
+        .set_endpoint_enabled(&endpoint.id, false, Some(reason), now_ms)
+        .await
+    {
+        tracing::warn!(error = %e, endpoint = %endpoint.id, "cannot disable endpoint");
+        return;
+    }
+    endpoint.state().enabled = false;
+    tracing::info!(endpoint = %endpoint.id, reason, "endpoint disabled");
+    record_event(ctx, endpoint, "disabled", reason).await;
+}
+
+async fn record_event(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, kind: &str, detail: &str) {
+    let event = EndpointEvent {
+        tenant_id: endpoint.tenant_id.clone(),
+        endpoint_id: endpoint.id.clone(),
+        kind: kind.to_owned(),
+        detail: detail.to_owned(),
+        at_ms: crate::clock::now_ms(),
+    };
+    if let Err(e) = ctx.store.record_event(&event).await {
+        tracing::warn!(error = %e, "cannot record endpoint event");
+    }
+}
+
+fn settlement(d: &Claimed, outcome: SettleOutcome, attempt: Option<AttemptRecord>) -> Settlement {
+    Settlement {
+        delivery_id: d.delivery_id,
+        lease_token: d.lease_token,
+        outcome,
+        attempt,
+    }
+}
+
+/// Requeue without an attempt after a jittered delay.
+fn requeue(
+    ctx: &Arc<Ctx>,
+    d: &Claimed,
+    endpoint: Option<&Arc<EndpointRuntime>>,
+    why: Held,
+) -> Settlement {
+    let delay = ctx.settings.shed.random_delay();
+    count_held(ctx, &d.endpoint_id, endpoint.is_some(), why);
+    settlement(
+        d,
+        SettleOutcome::Shed {
+            at_ms: crate::clock::now_ms() + delay.as_millis() as i64,
+        },
+        None,
+    )
+}
+
+/// Requeue without an attempt until `until` (plus up to a second of jitter).
+fn requeue_until(
+    ctx: &Arc<Ctx>,
+    d: &Claimed,
+    _endpoint: &Arc<EndpointRuntime>,
+    until: Option<Instant>,
+    why: Held,
+) -> Settlement {
+    let wait = until.map_or(Duration::ZERO, |u| {
+        u.saturating_duration_since(Instant::now())
+    });
+    let jitter = Duration::from_millis(rand::rng().random_range(0..1000));
+    count_held(ctx, &d.endpoint_id, true, why);
+    settlement(
+        d,
+        SettleOutcome::Shed {
+            at_ms: crate::clock::now_ms() + (wait + jitter).as_millis() as i64,
+        },
+        None,
+    )
+}
+
+fn count_held(ctx: &Arc<Ctx>, endpoint: &str, known: bool, why: Held) {
+    let m = &ctx.metrics;
+    match why {
+        Held::Shed if known => {
+            m.deliveries_shed
+                .get_or_create(&Metrics::endpoint(endpoint))
+                .inc();
+        }
+        Held::Shed | Held::Draining => {}
+        Held::Paused | Held::BreakerOpen | Held::Disabled => {
+            let reason = match why {
+                Held::Paused => "paused",
+                Held::BreakerOpen => "breaker_open",
+                _ => "disabled",
+            };
+            m.deliveries_held
+                .get_or_create(&HeldLabel {
+                    endpoint: endpoint.to_owned(),
+                    reason,
+                })
+                .inc();
+        }
+    }
+}

@@ -1,0 +1,474 @@
+//! Fleet-wide lanes against real Redis servers: each test starts its own private `redis-server`
+//! on a free loopback port (so it can kill and restart it), never a mock.
+//!
+//! Without a `redis-server` binary the tests are skipped loudly, unless
+//! `SLUICE_REQUIRE_SERVICES=1`, where that is a failure. `SLUICE_REDIS_SERVER` may name the binary.
+
+mod support;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use sluice::admission::fleet::{FleetAcquire, FleetError, FleetLanes, FleetSettings};
+
+/// A private redis-server child process on a fixed loopback port; killed on drop.
+struct RedisServer {
+    binary: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Start a server on a free port, or None (skip) when there is no binary.
+    async fn start() -> Option<RedisServer> {
+        let binary = redis_server_binary()?;
+        let port = free_port();
+        let mut server = RedisServer {
+            binary,
+            port,
+            child: None,
+        };
+        server.restart().await;
+        Some(server)
+    }
+
+    /// A server object for a free port with nothing listening yet (Redis "down at start").
+    fn not_started() -> Option<RedisServer> {
+        let binary = redis_server_binary()?;
+        Some(RedisServer {
+            binary,
+            port: free_port(),
+            child: None,
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)start the server on the same port and wait until it answers PING.
+    async fn restart(&mut self) {
+        let child = Command::new(&self.binary)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(mut conn) = try_connect(&self.url()).await
+                && redis::cmd("PING")
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("redis-server on port {} did not come up", self.port);
+    }
+
+    /// Kill the server (the outage).
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A plain connection for inspecting what the fleet wrote.
+    async fn inspect(&self) -> MultiplexedConnection {
+        try_connect(&self.url())
+            .await
+            .expect("inspection connection")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn try_connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
+    redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await
+}
+
+fn redis_server_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let candidates = std::env::var_os("SLUICE_REDIS_SERVER")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(std::env::split_paths(&path).map(|d| d.join("redis-server")))
+        .chain([PathBuf::from("/usr/bin/redis-server")]);
+    for candidate in candidates {
+        if candidate.is_file() {
+            return Some(candidate);
+        }
+    }
+    assert!(
+        !support::services_required(),
+        "redis-server not found but SLUICE_REQUIRE_SERVICES=1: Redis is required"
+    );
+    eprintln!("SKIPPED: redis-server not found; this fleet-lanes test did not run");
+    None
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// Test settings: a fast heartbeat so the tests take seconds, not minutes.
+fn settings(process_id: &str) -> FleetSettings {
+    FleetSettings {
+        key_prefix: "sluice-test".to_string(),
+        slot_ttl: Duration::from_secs(60),
+        heartbeat: Duration::from_millis(100),
+        redis_timeout: Duration::from_millis(250),
+        process_id: process_id.to_string(),
+    }
+}
+
+async fn fleet(server: &RedisServer, process_id: &str) -> FleetLanes {
+    FleetLanes::connect(&server.url(), settings(process_id))
+        .await
+        .expect("connect fleet lanes")
+}
+
+/// Redis's own clock in milliseconds, computed as the scripts do.
+async fn redis_now_ms(conn: &mut MultiplexedConnection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowance_holds_across_three_dispatchers() {
+    let Some(server) = RedisServer::start().await else {
+        return;
+    };
+    let mut lanes = Vec::new();
+    for i in 0..3 {
+        lanes.push(fleet(&server, &format!("dispatcher-{i}")).await);
+    }
+    let held = Arc::new(AtomicU32::new(0));
+    let max_held = Arc::new(AtomicU32::new(0));
+    let inspect = server.inspect().await;
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (lane, held, max_held) = (lanes[i % 3].clone(), held.clone(), max_held.clone());
+        let mut inspect = inspect.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                let slot = loop {
+                    match lane.try_acquire("ep_busy", 4).await {
+                        FleetAcquire::Acquired(slot) => break slot,
+                        FleetAcquire::Full => tokio::time::sleep(Duration::from_millis(2)).await,
+                        FleetAcquire::Unavailable => panic!("redis is up"),
+                    }
+                };
+                let now_held = held.fetch_add(1, Ordering::SeqCst) + 1;
+                max_held.fetch_max(now_held, Ordering::SeqCst);
+                let in_redis: u32 = inspect.zcard("sluice-test:lane:ep_busy").await.unwrap();
+                assert!(
+                    in_redis <= 4,
+                    "{in_redis} holders in Redis for an allowance of 4"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                lane.release(slot).await;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("acquirer task");
+    }
+    assert_eq!(
+        max_held.load(Ordering::SeqCst),
+        4,
+        "20 acquirers should fill the lane"
+    );
+    let left: u32 = inspect
+        .clone()
+        .zcard("sluice-test:lane:ep_busy")
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "every slot was released");
+}
+
+#[tokio::test]
+async fn release_frees_a_slot() {
+    let Some(server) = RedisServer::start().await else {
+        return;
+    };
+    let (a, b) = (fleet(&server, "a").await, fleet(&server, "b").await);
+    let FleetAcquire::Acquired(slot) = a.try_acquire("ep_one", 1).await else {
+        panic!("an empty lane admits");
+    };
+    assert_eq!(b.try_acquire("ep_one", 1).await, FleetAcquire::Full);
+    assert_eq!(slot.lane_key(), "sluice-test:lane:ep_one");
+    assert!(slot.member().starts_with("a:"));
+    a.release(slot).await;
+    assert!(matches!(
+        b.try_acquire("ep_one", 1).await,
+        FleetAcquire::Acquired(_)
+    ));
+    // Another endpoint's lane is independent.
+    assert!(matches!(
+        a.try_acquire("ep_two", 1).await,
+        FleetAcquire::Acquired(_)
+    ));
+}
+
+#[tokio::test]
+async fn crashed_holder_slot_frees_itself_after_its_ttl() {
+    let Some(server) = RedisServer::start().await else {
+        return;
+    };
+    let short = FleetSettings {
+        slot_ttl: Duration::from_secs(1),
+        ..settings("crashes")
+    };
+    let crashing = FleetLanes::connect(&server.url(), short).await.unwrap();
+    let FleetAcquire::Acquired(slot) = crashing.try_acquire("ep_leak", 1).await else {
+        panic!("an empty lane admits");
+    };
+    // The holder dies without releasing: its handle and slot simply vanish.
+    drop(slot);
+    drop(crashing);
+    let survivor = fleet(&server, "survivor").await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(survivor.try_acquire("ep_leak", 1).await, FleetAcquire::Full);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(matches!(
+        survivor.try_acquire("ep_leak", 1).await,
+        FleetAcquire::Acquired(_)
+    ));
+}
+
+/// How this shows Redis's clock is used: the script takes no timestamp argument (checked by the
+/// unit test in `fleet/scripts.rs`), and the score Redis stored equals `TIME` + ttl, bracketed by
+/// two `TIME` reads around the acquire. On one host both clocks agree, so the value alone cannot
+/// tell them apart; the bracket and the argument list together leave only Redis's clock.
+/// Then a holder whose expiry is set by hand from Redis `TIME` is seen expired exactly when
+/// Redis's clock passes it.
+#[tokio::test]
+async fn slot_expiry_is_scored_on_the_redis_clock() {
+    let Some(server) = RedisServer::start().await else {
+        return;
+    };
+    let lanes = fleet(&server, "clock").await;
+    let mut inspect = server.inspect().await;
+    let before_ms = redis_now_ms(&mut inspect).await;
+    let FleetAcquire::Acquired(slot) = lanes.try_acquire("ep_clock", 2).await else {
+        panic!("an empty lane admits");
+    };
+    let after_ms = redis_now_ms(&mut inspect).await;
+    let score: f64 = inspect
+        .zscore(slot.lane_key(), slot.member())
+        .await
+        .unwrap();
+    let ttl_ms = 60_000;
+    assert!(
+        (before_ms + ttl_ms) as f64 <= score && score <= (after_ms + ttl_ms) as f64,
+        "score {score} is not Redis TIME + ttl (TIME was {before_ms}..{after_ms})"
+    );
+    let pttl: i64 = inspect.pttl(slot.lane_key()).await.unwrap();
+    assert!(pttl > 55_000 && pttl <= 60_000, "lane key expiry {pttl} ms");
+
+    // A foreign holder that Redis's clock says expires 300 ms from now.
+    let expires_ms = redis_now_ms(&mut inspect).await + 300;
+    let _: () = inspect
+        .zadd(slot.lane_key(), "foreign:1", expires_ms)
+        .await
+        .unwrap();
+    assert_eq!(lanes.try_acquire("ep_clock", 2).await, FleetAcquire::Full);
+    while redis_now_ms(&mut inspect).await <= expires_ms {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(
+        lanes.try_acquire("ep_clock", 2).await,
+        FleetAcquire::Acquired(_)
+    ));
+}
+
+#[tokio::test]
+async fn live_dispatchers_divide_the_local_share() {
+    let Some(server) = RedisServer::start().await else {
+        return;
+    };
+    let mut lanes = Vec::new();
+    for i in 0..3 {
+        lanes.push(fleet(&server, &format!("live-{i}")).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lanes.iter().any(|l| l.live_dispatchers() != 3) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for lane in &lanes {
+        assert_eq!(lane.live_dispatchers(), 3);
+        assert_eq!(lane.local_share(8), 2, "8 / 3 floors to 2");
+        assert_eq!(lane.local_share(2), 1, "never below 1");
+        assert!(!lane.is_degraded());
+    }
+    // One leaves cleanly: the other two see 2 within a few heartbeats, and their shares grow.
+    let gone = lanes.pop().unwrap();
+    gone.leave().await;
+    drop(gone);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lanes.iter().any(|l| l.live_dispatchers() != 2) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(lanes.iter().all(|l| l.local_share(8) == 4));
+}
+
+/// Collects what the fmt subscriber writes, to count the degrade/restore log lines.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn count(&self, needle: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .matches(needle)
+            .count()
+    }
+}
+
+// current-thread runtime: every task runs on this thread, under the capturing subscriber.
+#[tokio::test]
+async fn redis_outage_degrades_quickly_and_recovers() {
+    let Some(mut server) = RedisServer::start().await else {
+        return;
+    };
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let lanes = FleetLanes::connect(
+        &server.url(),
+        FleetSettings {
+            heartbeat: Duration::from_millis(200),
+            ..settings("outage")
+        },
+    )
+    .await
+    .unwrap();
+    let FleetAcquire::Acquired(slot) = lanes.try_acquire("ep_out", 4).await else {
+        panic!("redis is up");
+    };
+    lanes.release(slot).await;
+
+    server.stop();
+    let started = Instant::now();
+    assert_eq!(
+        lanes.try_acquire("ep_out", 4).await,
+        FleetAcquire::Unavailable
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(lanes.is_degraded());
+    // While degraded, calls do not touch Redis: a hundred answer at once.
+    let started = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(
+            lanes.try_acquire("ep_out", 4).await,
+            FleetAcquire::Unavailable
+        );
+    }
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(lanes.live_dispatchers(), 1, "last known count kept");
+    assert_eq!(lanes.local_share(4), 4);
+    tokio::time::sleep(Duration::from_millis(600)).await; // a few failed heartbeats
+
+    server.restart().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let slot = loop {
+        match lanes.try_acquire("ep_out", 4).await {
+            FleetAcquire::Acquired(slot) => break slot,
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("still {other:?} 5 s after redis came back"),
+        }
+    };
+    assert!(!lanes.is_degraded());
+    lanes.release(slot).await;
+    assert_eq!(
+        logs.count("redis unreachable: lanes fall back to a local share"),
+        1
+    );
+    assert_eq!(logs.count("redis is back: fleet-wide lanes restored"), 1);
+}
+
+#[tokio::test]
+async fn connect_succeeds_while_redis_is_down() {
+    let Some(mut server) = RedisServer::not_started() else {
+        return;
+    };
+    let started = Instant::now();
+    let lanes = fleet(&server, "early").await;
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(lanes.is_degraded());
+    assert_eq!(
+        lanes.try_acquire("ep_early", 2).await,
+        FleetAcquire::Unavailable
+    );
+    assert_eq!(lanes.local_share(2), 2, "alone as far as it knows");
+
+    server.restart().await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !matches!(
+        lanes.try_acquire("ep_early", 2).await,
+        FleetAcquire::Acquired(_)
+    ) {
+        assert!(
+            Instant::now() < deadline,
+            "not back 5 s after redis came up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!lanes.is_degraded());
+}
+
+#[tokio::test]
+async fn invalid_settings_are_all_reported() {
+    let bad = FleetSettings {
+        key_prefix: String::new(),
+        slot_ttl: Duration::ZERO,
+        heartbeat: Duration::ZERO,
+        redis_timeout: Duration::ZERO,
+        process_id: String::new(),
+    };
+    match FleetLanes::connect("redis://127.0.0.1:1", bad).await {
+        Err(FleetError::InvalidSettings(problems)) => assert_eq!(problems.len(), 5),
+        other => panic!("expected invalid settings, got {other:?}"),
+    }
+    let err = FleetLanes::connect("not a url", FleetSettings::default()).await;
+    assert!(matches!(err, Err(FleetError::InvalidUrl(_))));
+}
