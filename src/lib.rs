@@ -21,6 +21,8 @@
 //! - [`config`] and [`cli`]: settings validated once; the thin command line.
 
 pub mod admission;
+pub mod api;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod delivery;
@@ -30,6 +32,7 @@ pub mod ids;
 pub mod lease;
 pub mod metrics;
 pub mod retry;
+pub mod server;
 pub mod signing;
 pub mod sizing;
 pub mod stats;

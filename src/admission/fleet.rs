@@ -200,7 +200,8 @@ impl FleetLanes {
     }
 
     /// Try once to take a slot of `endpoint_id`'s lane, whose fleet-wide allowance is
-    /// `allowance` slots. One round trip at most, never waits beyond `redis_timeout`.
+    /// `allowance` slots. One round trip (EVALSHA; after a Redis restart the script is loaded
+    /// again once, within the same bound), never waits beyond `redis_timeout`.
     pub async fn try_acquire(&self, endpoint_id: &str, allowance: u32) -> FleetAcquire {
         if allowance == 0 {
             return FleetAcquire::Full;

@@ -1,0 +1,357 @@
+//! Store benchmark: enqueue and claim+settle rates for each driver, median of 3 runs.
+//!
+//! `cargo bench --bench store`. SQLite runs in a temporary directory with `synchronous = FULL`
+//! and `NORMAL`; PostgreSQL runs in a fresh database when `SLUICE_BENCH_DATABASE_URL` (or
+//! `SLUICE_TEST_DATABASE_URL`) is set. Each run starts from an empty store with one tenant and
+//! 10 subscribed endpoints, so every message fans out to 10 deliveries.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice::clock::now_ms;
+use sluice::ids::{hash_token, lease_token, new_id, new_token};
+use sluice::store::sqlite::{SqliteOptions, SqliteStore};
+use sluice::store::*;
+
+const ENDPOINTS: usize = 10;
+const RUNS: usize = 3;
+/// Enqueue from concurrent producers, one message per call (one API POST per event).
+const PRODUCERS: usize = 32;
+const MESSAGES_PER_PRODUCER: usize = 200;
+/// Enqueue in batches (the batch route).
+const BATCH: usize = 64;
+const BATCHES: usize = 200;
+/// Claim+settle: backlog size in messages (× 10 deliveries) and the claim batch.
+const BACKLOG_MESSAGES: usize = 10_000;
+const CLAIM_BATCH: u32 = 256;
+
+#[derive(Clone, Copy)]
+enum Driver {
+    Sqlite { full: bool },
+    Postgres,
+}
+
+impl Driver {
+    fn name(self) -> &'static str {
+        match self {
+            Driver::Sqlite { full: true } => "sqlite (synchronous=FULL)",
+            Driver::Sqlite { full: false } => "sqlite (synchronous=NORMAL)",
+            Driver::Postgres => "postgres",
+        }
+    }
+}
+
+/// A fresh store; the guard keeps the temporary directory or names the database to drop.
+struct Fresh {
+    store: SharedStore,
+    _dir: Option<tempfile::TempDir>,
+    database: Option<String>,
+}
+
+async fn fresh(driver: Driver, base_url: Option<&str>) -> Fresh {
+    match driver {
+        Driver::Sqlite { full } => {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = SqliteStore::open(
+                &dir.path().join("bench.db"),
+                SqliteOptions {
+                    synchronous_full: full,
+                    readers: 2,
+                },
+            )
+            .expect("open sqlite");
+            Fresh {
+                store: Arc::new(store),
+                _dir: Some(dir),
+                database: None,
+            }
+        }
+        Driver::Postgres => {
+            let base = base_url.expect("postgres url");
+            let name = format!("sluice_bench_{}", lease_token());
+            admin(base, &format!("CREATE DATABASE {name}")).await;
+            let mut config: tokio_postgres::Config = base.parse().expect("database url");
+            config.dbname(&name);
+            let store = sluice::store::postgres::PostgresStore::connect(&url_of(&config))
+                .await
+                .expect("connect postgres");
+            Fresh {
+                store: Arc::new(store),
+                _dir: None,
+                database: Some(name),
+            }
+        }
+    }
+}
+
+fn url_of(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    format!(
+        "postgres://{}@{host}:{}/{}",
+        config.get_user().unwrap_or("postgres"),
+        config.get_ports().first().copied().unwrap_or(5432),
+        config.get_dbname().unwrap_or("postgres"),
+    )
+}
+
+async fn admin(base: &str, sql: &str) {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {base}: {e}"));
+    tokio::spawn(conn);
+    client.batch_execute(sql).await.expect(sql);
+}
+
+impl Fresh {
+    async fn finish(self, base_url: Option<&str>) {
+        drop(self.store);
+        if let (Some(name), Some(base)) = (self.database, base_url) {
+            admin(base, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+        }
+    }
+}
+
+async fn setup(store: &SharedStore) -> String {
+    let now = now_ms();
+    let tenant = Tenant {
+        id: new_id("ten"),
+        name: "bench".into(),
+        token_hash: hash_token(&new_token("sk")),
+        created_at_ms: now,
+    };
+    store.create_tenant(&tenant).await.expect("tenant");
+    for _ in 0..ENDPOINTS {
+        store
+            .create_endpoint(&Endpoint {
+                id: new_id("ep"),
+                tenant_id: tenant.id.clone(),
+                url: "http://127.0.0.1:9/hook".into(),
+                description: String::new(),
+                event_types: Vec::new(),
+                secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+                previous_secret: None,
+                previous_secret_until_ms: None,
+                enabled: true,
+                disabled_reason: None,
+                operational: false,
+                lane_size: None,
+                latency_ceiling_ms: None,
+                connect_timeout_ms: None,
+                read_timeout_ms: None,
+                total_timeout_ms: None,
+                failing_since_ms: None,
+                created_at_ms: now,
+                updated_at_ms: now,
+            })
+            .await
+            .expect("endpoint");
+    }
+    tenant.id
+}
+
+fn message(tenant: &str) -> NewMessage {
+    NewMessage {
+        id: new_id("msg"),
+        tenant_id: tenant.to_owned(),
+        event_type: "invoice.paid".into(),
+        payload: r#"{"type":"invoice.paid","data":{"id":"in_1Nv0","amount":4200,"currency":"eur"}}"#
+            .into(),
+        idempotency_key: None,
+        only_endpoint: None,
+    }
+}
+
+/// Messages per second from `PRODUCERS` concurrent tasks, one message per call.
+async fn enqueue_concurrent(store: &SharedStore, tenant: &str) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..PRODUCERS {
+        let (store, tenant) = (store.clone(), tenant.to_owned());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..MESSAGES_PER_PRODUCER {
+                let out = store
+                    .enqueue(&[message(&tenant)], now_ms())
+                    .await
+                    .expect("enqueue");
+                assert_eq!(out[0].deliveries as usize, ENDPOINTS);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("producer");
+    }
+    (PRODUCERS * MESSAGES_PER_PRODUCER) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Messages per second from one task enqueueing batches of `BATCH`.
+async fn enqueue_batched(store: &SharedStore, tenant: &str) -> f64 {
+    let start = Instant::now();
+    for _ in 0..BATCHES {
+        let batch: Vec<NewMessage> = (0..BATCH).map(|_| message(tenant)).collect();
+        store.enqueue(&batch, now_ms()).await.expect("enqueue");
+    }
+    (BATCHES * BATCH) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Deliveries per second through claim (batches of `CLAIM_BATCH`) and a delivered settle with
+/// an attempt record, from `workers` concurrent claim→settle loops, until the backlog is empty.
+async fn claim_settle(store: &SharedStore, tenant: &str, workers: usize) -> f64 {
+    let batch: Vec<NewMessage> = (0..BACKLOG_MESSAGES).map(|_| message(tenant)).collect();
+    for chunk in batch.chunks(1_000) {
+        store.enqueue(chunk, now_ms()).await.expect("fill");
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..workers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0usize;
+            loop {
+                let now = now_ms();
+                let claimed = store
+                    .claim(&ClaimRequest {
+                        now_ms: now,
+                        limit: CLAIM_BATCH,
+                        per_endpoint: CLAIM_BATCH / 4,
+                        lease_ms: 60_000,
+                        exclude: Vec::new(),
+                        after_endpoint: None,
+                    })
+                    .await
+                    .expect("claim");
+                if claimed.is_empty() {
+                    return done;
+                }
+                let settlements: Vec<Settlement> = claimed
+                    .iter()
+                    .map(|c| Settlement {
+                        delivery_id: c.delivery_id,
+                        lease_token: c.lease_token,
+                        outcome: SettleOutcome::Delivered,
+                        attempt: Some(AttemptRecord {
+                            started_at_ms: now,
+                            duration_ms: 3,
+                            status: Some(200),
+                            error_kind: None,
+                            response: Some("ok".into()),
+                        }),
+                    })
+                    .collect();
+                let applied = store.settle(&settlements, now_ms()).await.expect("settle");
+                assert_eq!(applied.len(), claimed.len());
+                done += applied.len();
+            }
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("worker");
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(total, BACKLOG_MESSAGES * ENDPOINTS, "backlog not drained");
+    total as f64 / elapsed
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn fmt(rate: f64) -> String {
+    let n = rate.round() as u64;
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+async fn bench(driver: Driver, base_url: Option<&str>) {
+    let mut concurrent = Vec::new();
+    let mut batched = Vec::new();
+    let mut settle_1 = Vec::new();
+    let mut settle_4 = Vec::new();
+    for _ in 0..RUNS {
+        // Each measurement starts from an empty store, so earlier runs do not slow later ones.
+        let f = fresh(driver, base_url).await;
+        let tenant = setup(&f.store).await;
+        concurrent.push(enqueue_concurrent(&f.store, &tenant).await);
+        f.finish(base_url).await;
+
+        let f = fresh(driver, base_url).await;
+        let tenant = setup(&f.store).await;
+        batched.push(enqueue_batched(&f.store, &tenant).await);
+        f.finish(base_url).await;
+
+        let f = fresh(driver, base_url).await;
+        let tenant = setup(&f.store).await;
+        settle_1.push(claim_settle(&f.store, &tenant, 1).await);
+        f.finish(base_url).await;
+
+        let f = fresh(driver, base_url).await;
+        let tenant = setup(&f.store).await;
+        settle_4.push(claim_settle(&f.store, &tenant, 4).await);
+        f.finish(base_url).await;
+    }
+    let (c, b) = (median(concurrent), median(batched));
+    println!("{}", driver.name());
+    println!(
+        "  enqueue, {PRODUCERS} tasks × 1 msg/call : {:>9} msg/s = {:>10} deliveries/s",
+        fmt(c),
+        fmt(c * ENDPOINTS as f64)
+    );
+    println!(
+        "  enqueue, batches of {BATCH}         : {:>9} msg/s = {:>10} deliveries/s",
+        fmt(b),
+        fmt(b * ENDPOINTS as f64)
+    );
+    println!(
+        "  claim {CLAIM_BATCH} + settle, 1 worker     : {:>10} deliveries/s",
+        fmt(median(settle_1))
+    );
+    println!(
+        "  claim {CLAIM_BATCH} + settle, 4 workers    : {:>10} deliveries/s",
+        fmt(median(settle_4))
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a name filter selects drivers ("sqlite", "postgres").
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wanted = |d: Driver| filter.as_deref().is_none_or(|f| d.name().contains(f));
+    let base_url = std::env::var("SLUICE_BENCH_DATABASE_URL")
+        .or_else(|_| std::env::var("SLUICE_TEST_DATABASE_URL"))
+        .ok()
+        .filter(|u| !u.is_empty());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        println!(
+            "sluice store benchmark: {ENDPOINTS} endpoints per message, median of {RUNS} runs"
+        );
+        for driver in [
+            Driver::Sqlite { full: true },
+            Driver::Sqlite { full: false },
+            Driver::Postgres,
+        ] {
+            if !wanted(driver) {
+                continue;
+            }
+            if matches!(driver, Driver::Postgres) && base_url.is_none() {
+                println!("postgres: skipped (set SLUICE_BENCH_DATABASE_URL or SLUICE_TEST_DATABASE_URL)");
+                continue;
+            }
+            bench(driver, base_url.as_deref()).await;
+        }
+    });
+}

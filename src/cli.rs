@@ -1,0 +1,75 @@
+//! The command line: `serve`, `migrate`, `size` (and `plan`, `bench`). Thin: parsing and printing
+//! only; the work lives in the library.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::RawSettings;
+
+/// sluice: a webhook dispatcher where one slow, dead or hostile endpoint never takes delivery
+/// away from the others.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the API and the dispatcher (embedded SQLite unless --database-url names PostgreSQL).
+    Serve(ServeArgs),
+    /// Create or upgrade the database schema, then exit.
+    Migrate(ServeArgs),
+    /// Size a worker pool: Little's Law, square-root staffing, Erlang C, process layout.
+    Size(SizeArgs),
+}
+
+/// `sluice serve` and `sluice migrate`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A TOML file of settings (flags and SLUICE_* variables override it).
+    #[arg(long, env = "SLUICE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Settings.
+    #[command(flatten)]
+    pub settings: RawSettings,
+}
+
+/// `sluice size`.
+#[derive(Debug, Args)]
+pub struct SizeArgs {
+    /// Peak arrival rate including retries, deliveries per second.
+    #[arg(long)]
+    pub rate: f64,
+    /// Mean service time (lease to settle), seconds.
+    #[arg(long = "service-time")]
+    pub service_time: f64,
+    /// Queue-wait target, seconds: the mean, or with --percentile that percentile.
+    #[arg(long = "target-wait")]
+    pub target_wait: f64,
+    /// Make the target a percentile of the wait (e.g. 95), not the mean.
+    #[arg(long)]
+    pub percentile: Option<f64>,
+    /// Square-root staffing β, 1–2.
+    #[arg(long, default_value_t = 1.5)]
+    pub beta: f64,
+    /// Outage-surge arrival rate, per second.
+    #[arg(long = "surge-rate", requires = "surge_service_time")]
+    pub surge_rate: Option<f64>,
+    /// Outage-surge mean service time, seconds.
+    #[arg(long = "surge-service-time", requires = "surge_rate")]
+    pub surge_service_time: Option<f64>,
+    /// Concurrent tasks per process.
+    #[arg(long = "tasks-per-process", default_value_t = 160)]
+    pub tasks_per_process: u32,
+    /// Processes per pod.
+    #[arg(long = "processes-per-pod", default_value_t = 4)]
+    pub processes_per_pod: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
