@@ -31,6 +31,7 @@ pub mod egress;
 pub mod ids;
 pub mod lease;
 pub mod metrics;
+pub mod receivers;
 pub mod retry;
 pub mod server;
 pub mod signing;
