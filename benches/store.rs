@@ -109,7 +109,11 @@ impl Fresh {
     async fn finish(self, base_url: Option<&str>) {
         drop(self.store);
         if let (Some(name), Some(base)) = (self.database, base_url) {
-            admin(base, &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+            admin(
+                base,
+                &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+            )
+            .await;
         }
     }
 }
@@ -157,8 +161,9 @@ fn message(tenant: &str) -> NewMessage {
         id: new_id("msg"),
         tenant_id: tenant.to_owned(),
         event_type: "invoice.paid".into(),
-        payload: r#"{"type":"invoice.paid","data":{"id":"in_1Nv0","amount":4200,"currency":"eur"}}"#
-            .into(),
+        payload:
+            r#"{"type":"invoice.paid","data":{"id":"in_1Nv0","amount":4200,"currency":"eur"}}"#
+                .into(),
         idempotency_key: None,
         only_endpoint: None,
     }
@@ -265,7 +270,7 @@ fn fmt(rate: f64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -303,21 +308,21 @@ async fn bench(driver: Driver, base_url: Option<&str>) {
     let (c, b) = (median(concurrent), median(batched));
     println!("{}", driver.name());
     println!(
-        "  enqueue, {PRODUCERS} tasks × 1 msg/call : {:>9} msg/s = {:>10} deliveries/s",
+        "  enqueue, {PRODUCERS} tasks x 1 msg/call  : {:>9} msg/s = {:>10} deliveries/s",
         fmt(c),
         fmt(c * ENDPOINTS as f64)
     );
     println!(
-        "  enqueue, batches of {BATCH}         : {:>9} msg/s = {:>10} deliveries/s",
+        "  enqueue, batches of {BATCH}          : {:>9} msg/s = {:>10} deliveries/s",
         fmt(b),
         fmt(b * ENDPOINTS as f64)
     );
     println!(
-        "  claim {CLAIM_BATCH} + settle, 1 worker     : {:>10} deliveries/s",
+        "  claim {CLAIM_BATCH} + settle, 1 worker   : {:>10} deliveries/s",
         fmt(median(settle_1))
     );
     println!(
-        "  claim {CLAIM_BATCH} + settle, 4 workers    : {:>10} deliveries/s",
+        "  claim {CLAIM_BATCH} + settle, 4 workers  : {:>10} deliveries/s",
         fmt(median(settle_4))
     );
 }
@@ -348,7 +353,9 @@ fn main() {
                 continue;
             }
             if matches!(driver, Driver::Postgres) && base_url.is_none() {
-                println!("postgres: skipped (set SLUICE_BENCH_DATABASE_URL or SLUICE_TEST_DATABASE_URL)");
+                println!(
+                    "postgres: skipped (set SLUICE_BENCH_DATABASE_URL or SLUICE_TEST_DATABASE_URL)"
+                );
                 continue;
             }
             bench(driver, base_url.as_deref()).await;

@@ -26,6 +26,10 @@ pub enum Command {
     Migrate(ServeArgs),
     /// Size a worker pool: Little's Law, square-root staffing, Erlang C, process layout.
     Size(SizeArgs),
+    /// Plan the pool from live measurements of a running sluice (its /metrics and/or its store).
+    Plan(crate::plan::PlanArgs),
+    /// Run a benchmark scenario against real loopback receivers and report figures and charts.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `sluice serve` and `sluice migrate`.

@@ -22,6 +22,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -31,6 +32,7 @@ pub mod egress;
 pub mod ids;
 pub mod lease;
 pub mod metrics;
+pub mod plan;
 pub mod receivers;
 pub mod retry;
 pub mod server;

@@ -11,6 +11,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Size(args) => size(args),
+        Command::Plan(args) => with_runtime(sluice::plan::run(args)),
+        Command::Bench(args) => with_runtime(sluice::bench::run(args)),
         Command::Serve(args) => with_runtime(serve(args, false)),
         Command::Migrate(args) => with_runtime(serve(args, true)),
     }

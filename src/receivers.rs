@@ -156,13 +156,23 @@ pub async fn start_on(addr: SocketAddr, behavior: Behavior, keep: bool) -> std::
 }
 
 async fn blackhole(listener: TcpListener, record: Arc<Record>) {
-    let mut held = Vec::new();
-    while let Ok((socket, _)) = listener.accept().await {
+    while let Ok((mut socket, _)) = listener.accept().await {
         record.requests.fetch_add(1, Ordering::AcqRel);
         let now = record.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
         record.peak.fetch_max(now, Ordering::AcqRel);
-        // Keep the socket open and silent: the sender must give up by its own timeout.
-        held.push(socket);
+        let record = record.clone();
+        // Read and never answer: the sender must give up by its own timeout. The connection
+        // counts as in flight until the sender closes it.
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = socket.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+            record.in_flight.fetch_sub(1, Ordering::AcqRel);
+        });
     }
 }
 

@@ -60,7 +60,7 @@ impl Running {
 
 /// Open the store, ensure an admin token, and start the configured roles.
 pub async fn start(config: Config) -> Result<Running, ServerError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::delivery::install_tls_provider();
     let store = store::open(
         config.database_url.as_deref(),
         &config.data_dir,

@@ -499,7 +499,10 @@ async fn check_failed_enqueue_is_atomic(store: SharedStore) {
     endpoint(&store, &t, &[]).await;
     let now = now_ms();
     let taken = message(&t, "a");
-    store.enqueue(&[taken.clone()], now).await.unwrap();
+    store
+        .enqueue(std::slice::from_ref(&taken), now)
+        .await
+        .unwrap();
 
     let mut tasks = Vec::new();
     for i in 0..16 {
@@ -576,7 +579,7 @@ async fn check_claim_basics(store: SharedStore) {
     let e2 = endpoint(&store, &t, &[]).await;
     let now = now_ms();
     let m = message(&t, "a");
-    store.enqueue(&[m.clone()], now).await.unwrap();
+    store.enqueue(std::slice::from_ref(&m), now).await.unwrap();
     enqueue_n(&store, &t, "a", 9, now).await;
 
     // Nothing is visible before its time.
@@ -697,7 +700,7 @@ async fn check_fairness(store: SharedStore) {
     let now = now_ms();
     enqueue_n(&store, &t, "flood", 100_000, now - 60_000).await;
     let m = message(&t, "trickle");
-    store.enqueue(&[m.clone()], now).await.unwrap();
+    store.enqueue(std::slice::from_ref(&m), now).await.unwrap();
 
     let batch = store.claim(&req(now, 64, 8)).await.unwrap();
     let counts = endpoints_of(&batch);
@@ -1165,7 +1168,7 @@ async fn check_list_deliveries_and_attempts(store: SharedStore) {
     endpoint(&store, &other, &[]).await;
     let now = now_ms();
     let m = message(&t, "a");
-    store.enqueue(&[m.clone()], now).await.unwrap();
+    store.enqueue(std::slice::from_ref(&m), now).await.unwrap();
     enqueue_n(&store, &t, "a", 2, now).await;
     // Not yet due, so the claims below take only this tenant's work.
     enqueue_n(&store, &other, "a", 2, now + 3_600_000).await;
@@ -1372,7 +1375,7 @@ async fn check_delete_tenant(store: SharedStore) {
     let k = endpoint(&store, &kept, &[]).await;
     let now = now_ms();
     let m = message(&gone, "a");
-    store.enqueue(&[m.clone()], now).await.unwrap();
+    store.enqueue(std::slice::from_ref(&m), now).await.unwrap();
     enqueue_n(&store, &kept, "a", 1, now).await;
     let claimed = store.claim(&req(now, 10, 10)).await.unwrap();
     let mine = claimed.iter().find(|c| c.tenant_id == gone.id).unwrap();

@@ -162,6 +162,9 @@ pub struct GovernorState {
     pub limit: f64,
     /// No attempt may start before this instant (a `Retry-After`); `None` when not paused.
     pub paused_until: Option<Instant>,
+    /// When the limit was last decreased: congestion signals from attempts sent before it are
+    /// the same congestion episode and do not decrease it again (see [`step_sent`]).
+    pub decreased_at: Option<Instant>,
 }
 
 impl GovernorState {
@@ -170,6 +173,7 @@ impl GovernorState {
         Self {
             limit: settings.initial_limit,
             paused_until: None,
+            decreased_at: None,
         }
     }
 }
@@ -212,7 +216,35 @@ pub fn step(
     GovernorState {
         limit: limit.min(settings.ceiling).max(settings.floor),
         paused_until,
+        decreased_at: state.decreased_at,
     }
+}
+
+/// [`step`] for an attempt sent at `sent_at`: decrease at most once per round trip.
+///
+/// When a batch of attempts overshoots an endpoint's capacity, every one of them comes back
+/// throttled; halving once per response would collapse the limit to the floor for a single
+/// overload. Like TCP, only congestion signals from attempts sent after the last decrease
+/// decrease the limit again; earlier ones still honour their `Retry-After` pause.
+pub fn step_sent(
+    settings: &GovernorSettings,
+    state: GovernorState,
+    obs: &Observation,
+    sent_at: Instant,
+    now: Instant,
+) -> GovernorState {
+    let decreasing = matches!(
+        obs,
+        Observation::Throttled { .. } | Observation::Timeout | Observation::ConnectFailure
+    );
+    let same_episode = decreasing && state.decreased_at.is_some_and(|at| at >= sent_at);
+    let mut next = step(settings, state, obs, now);
+    if same_episode {
+        next.limit = state.limit.min(settings.ceiling).max(settings.floor);
+    } else if decreasing {
+        next.decreased_at = Some(now);
+    }
+    next
 }
 
 /// How many attempts may be in flight: `min(lane_size, floor(limit))`, and never fewer than 1.
@@ -236,8 +268,54 @@ mod tests {
 
     const THROTTLED: Observation = Observation::Throttled { retry_after: None };
 
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_overshoot_halves_once_per_round_trip() {
+        let settings = GovernorSettings::default();
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let mut state = at(16.0);
+        // Eight attempts sent together all come back throttled: one decrease, not eight.
+        for _ in 0..8 {
+            let now = Instant::now();
+            state = step_sent(
+                &settings,
+                state,
+                &Observation::Throttled { retry_after: None },
+                sent,
+                now,
+            );
+        }
+        assert_eq!(state.limit, 8.0);
+        // An attempt sent after that decrease that is throttled again decreases again.
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let later = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        state = step_sent(
+            &settings,
+            state,
+            &Observation::Timeout,
+            later,
+            Instant::now(),
+        );
+        assert_eq!(state.limit, 4.0);
+        // A Retry-After from the old episode still pauses the endpoint.
+        let now = Instant::now();
+        state = step_sent(
+            &settings,
+            state,
+            &Observation::Throttled {
+                retry_after: Some(Duration::from_secs(5)),
+            },
+            sent,
+            now,
+        );
+        assert_eq!(state.limit, 4.0);
+        assert!(is_paused(&state, now));
+    }
+
     fn at(limit: f64) -> GovernorState {
         GovernorState {
+            decreased_at: None,
             limit,
             paused_until: None,
         }

@@ -4,11 +4,12 @@
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::store::StoreError;
 
 /// A problem to report to the client.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Problem {
     /// Always `about:blank`: the title says what kind of problem it is.
     #[serde(rename = "type")]

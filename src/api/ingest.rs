@@ -55,9 +55,9 @@ async fn run(store: SharedStore, metrics: std::sync::Arc<Metrics>, mut rx: mpsc:
         batch.extend(jobs.iter().map(|(m, _)| m.clone()));
         match store.enqueue(&batch, crate::clock::now_ms()).await {
             Ok(results) => {
-                metrics.messages_accepted.inc_by(
-                    results.iter().filter(|r| !r.duplicate).count() as u64,
-                );
+                metrics
+                    .messages_accepted
+                    .inc_by(results.iter().filter(|r| !r.duplicate).count() as u64);
                 for ((_, reply), result) in jobs.drain(..).zip(results) {
                     let _ = reply.send(Ok(result));
                 }

@@ -5,19 +5,27 @@
 
 pub mod auth;
 mod body;
+mod deliveries;
+mod endpoint_actions;
 mod endpoints;
 pub mod error;
 pub mod ingest;
 mod messages;
+pub mod openapi;
 mod ops;
+pub mod ops_webhooks;
 mod page;
+mod status;
 mod tenants;
+mod views;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::config::DispatchSettings;
 use crate::dispatcher::Ctx;
@@ -60,6 +68,9 @@ impl AppState {
         admin_hash: String,
         max_payload_bytes: usize,
     ) -> Self {
+        if let Some(ctx) = &dispatcher {
+            ops_webhooks::spawn_throttle_watch(Arc::downgrade(ctx), store.clone());
+        }
         Self {
             ingest: ingest::Ingest::start(store.clone(), metrics.clone()),
             egress: Arc::new(EgressPolicy::new(settings.allow_networks.clone())),
@@ -74,29 +85,56 @@ impl AppState {
     }
 }
 
-/// The router with every route.
+/// The router with every route, each registered together with its OpenAPI description.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.max_payload_bytes + 64 * 1024;
-    Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
-        .route("/metrics", get(ops::metrics))
-        .route("/v1/tenants", post(tenants::create).get(tenants::list))
-        .route(
-            "/v1/tenants/{id}",
-            get(tenants::get).delete(tenants::delete),
-        )
-        .route("/v1/tenants/{id}/rotate-token", post(tenants::rotate_token))
-        .route("/v1/endpoints", post(endpoints::create).get(endpoints::list))
-        .route(
-            "/v1/endpoints/{id}",
-            get(endpoints::get)
-                .patch(endpoints::update)
-                .delete(endpoints::delete),
-        )
-        .route("/v1/messages", post(messages::create).get(messages::list))
-        .route("/v1/messages/{id}", get(messages::get))
+    let (router, doc) = documented().split_for_parts();
+    openapi::set_document(&doc);
+    router
         .fallback(ops::not_found)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// The OpenAPI document, as the router builds it.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    documented().into_openapi()
+}
+
+fn documented() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(openapi::document))
+        .routes(routes!(tenants::create, tenants::list))
+        .routes(routes!(tenants::get, tenants::delete))
+        .routes(routes!(tenants::rotate_token))
+        .routes(routes!(endpoints::create, endpoints::list))
+        .routes(routes!(
+            endpoints::get,
+            endpoints::update,
+            endpoints::delete
+        ))
+        .routes(routes!(endpoint_actions::enable))
+        .routes(routes!(endpoint_actions::disable))
+        .routes(routes!(endpoint_actions::rotate_secret))
+        .routes(routes!(endpoint_actions::events))
+        .routes(routes!(status::status))
+        .routes(routes!(deliveries::by_endpoint))
+        .routes(routes!(deliveries::endpoint_attempts))
+        .routes(routes!(deliveries::replay_endpoint))
+        .routes(routes!(messages::create, messages::list))
+        .routes(routes!(messages::get))
+        .routes(routes!(deliveries::by_message))
+        .routes(routes!(deliveries::message_attempts))
+        .routes(routes!(deliveries::get))
+        .routes(routes!(deliveries::attempts))
+        .routes(routes!(deliveries::replay_one))
+        .routes(routes!(deliveries::dead_letters))
+        .routes(routes!(
+            ops_webhooks::put,
+            ops_webhooks::get,
+            ops_webhooks::delete
+        ))
 }

@@ -9,11 +9,16 @@ use super::error::Problem;
 use crate::metrics::{StateLabel, TenantLabel};
 
 /// `GET /healthz`: the process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, body = String, content_type = "text/plain")))]
 pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// `GET /readyz`: the store answers.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses((status = 200, body = String, content_type = "text/plain"),
+        (status = 503, body = Problem)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, Problem> {
     state.store.ping().await.map_err(|e| {
         Problem::new(
@@ -25,6 +30,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, Probl
 }
 
 /// `GET /metrics`: Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, body = String,
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     refresh_gauges(&state).await;
     (
@@ -72,9 +80,7 @@ async fn refresh_gauges(state: &AppState) {
             m.lane_in_flight
                 .get_or_create(&label)
                 .set(i64::from(rt.lane.in_use()));
-            m.governor_limit
-                .get_or_create(&label)
-                .set(s.governor.limit);
+            m.governor_limit.get_or_create(&label).set(s.governor.limit);
             m.breaker_state
                 .get_or_create(&label)
                 .set(i64::from(s.breaker.state_code()));

@@ -1,8 +1,14 @@
-//! Cursor pagination shared by every list: `?limit=N&after=CURSOR` in, `{"data", "next"}` out.
+//! Cursor pagination shared by every list (`?limit=N&after=CURSOR` in, `{"data", "next"}` out),
+//! and the query-string extractor that names the parameter at fault.
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
+use super::views::StateParam;
 
 /// Largest page.
 pub const MAX_LIMIT: u32 = 500;
@@ -10,15 +16,39 @@ pub const MAX_LIMIT: u32 = 500;
 pub const DEFAULT_LIMIT: u32 = 50;
 
 /// Query parameters of a list.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
-    /// Page size, 1–500.
+    /// Page size, 1–500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
     /// The `next` cursor of the previous page.
     pub after: Option<String>,
-    /// Optional state filter (lists of deliveries).
-    pub state: Option<String>,
+}
+
+/// Query parameters of a list of deliveries: a page and an optional state filter.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct DeliveryQuery {
+    /// Page size, 1–500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+    /// The `next` cursor of the previous page (a delivery id).
+    pub after: Option<String>,
+    /// Only deliveries in this state.
+    pub state: Option<StateParam>,
+}
+
+impl DeliveryQuery {
+    /// The page part.
+    pub fn page(&self) -> PageQuery {
+        PageQuery {
+            limit: self.limit,
+            after: self.after.clone(),
+        }
+    }
 }
 
 impl PageQuery {
@@ -38,7 +68,7 @@ impl PageQuery {
     pub fn after_id(&self, prefix: &str) -> Result<Option<&str>, Problem> {
         match self.after.as_deref() {
             None => Ok(None),
-            Some(c) if c.starts_with(prefix) && c.len() < 64 => Ok(Some(c)),
+            Some(c) if c.starts_with(prefix) && super::views::looks_like_id(c) => Ok(Some(c)),
             Some(c) => Err(Problem::bad_request("after", format!("bad cursor {c:?}"))),
         }
     }
@@ -58,11 +88,11 @@ impl PageQuery {
 }
 
 /// One page of results.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Page<T> {
     /// The items.
     pub data: Vec<T>,
-    /// Cursor for the next page, or null at the end.
+    /// Cursor for the next page (pass it as `after`), or null at the end.
     pub next: Option<String>,
 }
 
@@ -75,5 +105,28 @@ impl<T> Page<T> {
             None
         };
         Self { data, next }
+    }
+}
+
+/// A query string of type `T`; a bad one is a 400 problem naming the parameter.
+pub struct Q<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Problem> {
+        let query = parts.uri.query().unwrap_or("");
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(de).map(Q).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            // An unknown parameter has no path of its own: the message names it.
+            let field = if path == "." {
+                "query".to_owned()
+            } else {
+                path
+            };
+            Problem::bad_request(&field, format!("bad query string: {inner}"))
+        })
     }
 }

@@ -1,19 +1,21 @@
 //! Tenants (operator only): create, list, get, delete with all their data, rotate the token.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::auth::Admin;
 use super::error::{ApiResult, Problem};
-use super::page::{Page, PageQuery};
+use super::page::{Page, PageQuery, Q};
+use super::views::{check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
 use crate::store::Tenant;
 
 /// `POST /v1/tenants`
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
     /// Display name, 1–200 characters.
@@ -21,7 +23,7 @@ pub struct CreateTenant {
 }
 
 /// A tenant, with its token only when just created or rotated.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TenantOut {
     /// `ten_…`
     pub id: String,
@@ -45,15 +47,23 @@ impl From<Tenant> for TenantOut {
     }
 }
 
+/// Create a tenant; the answer carries its API token, shown once.
+#[utoipa::path(post, path = "/v1/tenants", tag = "tenants", security(("admin" = [])),
+    request_body = CreateTenant,
+    responses((status = 201, body = TenantOut), (status = "4XX", body = Problem)))]
 pub async fn create(
     State(state): State<AppState>,
     _: Admin,
     Body(req): Body<CreateTenant>,
 ) -> ApiResult<(StatusCode, Json<TenantOut>)> {
     let name = req.name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(Problem::unprocessable("name", "name must be 1–200 characters"));
+    if name.is_empty() {
+        return Err(Problem::unprocessable(
+            "name",
+            "name must be 1–200 characters",
+        ));
     }
+    check_text("name", name, 200)?;
     let token = ids::new_token("sk");
     let tenant = Tenant {
         id: ids::new_id("ten"),
@@ -67,10 +77,14 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(out)))
 }
 
+/// List tenants in id order.
+#[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("admin" = [])),
+    params(PageQuery),
+    responses((status = 200, body = Page<TenantOut>), (status = "4XX", body = Problem)))]
 pub async fn list(
     State(state): State<AppState>,
     _: Admin,
-    Query(q): Query<PageQuery>,
+    Q(q): Q<PageQuery>,
 ) -> ApiResult<Json<Page<TenantOut>>> {
     let limit = q.limit()?;
     let tenants = state.store.list_tenants(q.after_id("ten_")?, limit).await?;
@@ -78,29 +92,45 @@ pub async fn list(
     Ok(Json(Page::new(data, limit, |t: &TenantOut| t.id.clone())))
 }
 
+/// One tenant.
+#[utoipa::path(get, path = "/v1/tenants/{id}", tag = "tenants", security(("admin" = [])),
+    params(("id" = String, Path, description = "`ten_…`")),
+    responses((status = 200, body = TenantOut), (status = "4XX", body = Problem)))]
 pub async fn get(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> ApiResult<Json<TenantOut>> {
+    check_id("tenant", &id)?;
     Ok(Json(state.store.tenant(&id).await?.into()))
 }
 
+/// Delete a tenant and all of its data (endpoints, messages, deliveries, attempts).
+#[utoipa::path(delete, path = "/v1/tenants/{id}", tag = "tenants", security(("admin" = [])),
+    params(("id" = String, Path, description = "`ten_…`")),
+    responses((status = 204), (status = "4XX", body = Problem)))]
 pub async fn delete(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
+    check_id("tenant", &id)?;
     state.store.delete_tenant(&id).await?;
     state.tokens.clear();
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Replace a tenant's API token; the old one stops working at once.
+#[utoipa::path(post, path = "/v1/tenants/{id}/rotate-token", tag = "tenants",
+    security(("admin" = [])),
+    params(("id" = String, Path, description = "`ten_…`")),
+    responses((status = 200, body = TenantOut), (status = "4XX", body = Problem)))]
 pub async fn rotate_token(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> ApiResult<Json<TenantOut>> {
+    check_id("tenant", &id)?;
     let token = ids::new_token("sk");
     state
         .store

@@ -20,6 +20,11 @@ use crate::signing::{self, Secret};
 
 pub use outcome::{Decision, decide};
 
+/// Install the process-wide TLS crypto provider (ring) once; safe to call repeatedly.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// What an endpoint needs to be delivered to, parsed once per configuration change.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -140,6 +145,7 @@ impl Clients {
     /// Clients that resolve through `policy`, keep up to `pool_size` idle connections per host,
     /// and keep at most `max_body_bytes` of each response.
     pub fn new(policy: Arc<EgressPolicy>, pool_size: usize, max_body_bytes: usize) -> Self {
+        install_tls_provider();
         Self {
             policy,
             pool_size,

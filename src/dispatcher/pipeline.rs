@@ -163,10 +163,12 @@ async fn settle_attempt(
     let now = Instant::now();
     let (transition, host, failing_change) = {
         let mut s = endpoint.state();
-        s.governor = governor::step(
+        let sent_at = now.checked_sub(report.duration).unwrap_or(now);
+        s.governor = governor::step_sent(
             &ctx.settings.governor,
             s.governor,
             &decision.observation,
+            sent_at,
             now,
         );
         if let Some(pause) = decision.pause {

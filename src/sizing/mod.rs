@@ -7,6 +7,7 @@ pub mod autoscale;
 pub mod erlang;
 pub mod layout;
 pub mod report;
+pub mod signal;
 pub mod staffing;
 mod table;
 

@@ -136,6 +136,16 @@ pub trait Store: Send + Sync + 'static {
     async fn list_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>>;
     /// The attempts made for one delivery, oldest first.
     async fn attempts(&self, tenant: &str, delivery_id: i64) -> StoreResult<Vec<AttemptView>>;
+    /// An endpoint's attempts that started at or after `since_ms`, newest first, with ids below
+    /// `before` (a cursor); another tenant's endpoint yields none.
+    async fn endpoint_attempts(
+        &self,
+        tenant: &str,
+        endpoint_id: &str,
+        since_ms: i64,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<AttemptView>>;
     /// Make dead-lettered deliveries ready again with attempts reset; by delivery or by endpoint.
     /// Returns how many were replayed.
     async fn replay(&self, tenant: &str, target: ReplayTarget, now_ms: i64) -> StoreResult<u64>;

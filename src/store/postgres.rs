@@ -338,6 +338,18 @@ impl Store for PostgresStore {
         queries::attempts(&self.client().await?, tenant, delivery_id).await
     }
 
+    async fn endpoint_attempts(
+        &self,
+        tenant: &str,
+        endpoint_id: &str,
+        since_ms: i64,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<AttemptView>> {
+        let client = self.client().await?;
+        queries::endpoint_attempts(&client, tenant, endpoint_id, since_ms, before, limit).await
+    }
+
     async fn replay(&self, tenant: &str, target: ReplayTarget, now_ms: i64) -> StoreResult<u64> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;

@@ -455,6 +455,21 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn endpoint_attempts(
+        &self,
+        tenant: &str,
+        endpoint_id: &str,
+        since_ms: i64,
+        before: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<AttemptView>> {
+        let (tenant, endpoint) = (tenant.to_owned(), endpoint_id.to_owned());
+        self.read(move |c| {
+            queries::endpoint_attempts(c, &tenant, &endpoint, since_ms, before, limit)
+        })
+        .await
+    }
+
     async fn replay(&self, tenant: &str, target: ReplayTarget, now_ms: i64) -> StoreResult<u64> {
         let tenant = tenant.to_owned();
         let n = self

@@ -810,6 +810,42 @@ pub async fn attempts(
         .collect())
 }
 
+/// An endpoint's recent attempts, newest first (the status fallback and the attempts list).
+const ENDPOINT_ATTEMPTS: &str = "SELECT a.id, a.delivery_id, a.started_at_ms, a.duration_ms, \
+    a.status, a.error_kind, a.response FROM attempts a JOIN deliveries d ON d.id = a.delivery_id \
+    WHERE d.endpoint_id = $1 AND d.tenant_id = $2 AND a.started_at_ms >= $3 AND a.id < $4 \
+    ORDER BY a.id DESC LIMIT $5";
+
+pub async fn endpoint_attempts(
+    c: &impl GenericClient,
+    tenant: &str,
+    endpoint: &str,
+    since_ms: i64,
+    before: Option<i64>,
+    limit: u32,
+) -> StoreResult<Vec<AttemptView>> {
+    let before = before.unwrap_or(i64::MAX);
+    let rows = c
+        .query(
+            ENDPOINT_ATTEMPTS,
+            &[&endpoint, &tenant, &since_ms, &before, &i64::from(limit)],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(rows
+        .iter()
+        .map(|r| AttemptView {
+            id: r.get(0),
+            delivery_id: r.get(1),
+            started_at_ms: r.get(2),
+            duration_ms: r.get::<_, i64>(3) as u32,
+            status: r.get::<_, Option<i64>>(4).map(|s| s as u16),
+            error_kind: r.get(5),
+            response: r.get(6),
+        })
+        .collect())
+}
+
 pub async fn replay(
     c: &impl GenericClient,
     tenant: &str,

@@ -360,7 +360,7 @@ pub fn enqueue(c: &Connection, messages: &[NewMessage], now_ms: i64) -> StoreRes
                 subscribers.insert(m.tenant_id.as_str(), subs);
             }
             for (endpoint, types) in &subscribers[m.tenant_id.as_str()] {
-                if types.is_empty() || types.iter().any(|t| *t == m.event_type) {
+                if types.is_empty() || types.contains(&m.event_type) {
                     insert_delivery
                         .execute(params![m.id, endpoint, m.tenant_id, now_ms])
                         .map_err(db)?;
@@ -669,6 +669,38 @@ pub fn attempts(c: &Connection, tenant: &str, delivery_id: i64) -> StoreResult<V
         .map_err(db)?;
     let rows = s
         .query_map([delivery_id], |r| {
+            Ok(AttemptView {
+                id: r.get(0)?,
+                delivery_id: r.get(1)?,
+                started_at_ms: r.get(2)?,
+                duration_ms: r.get(3)?,
+                status: r.get(4)?,
+                error_kind: r.get(5)?,
+                response: r.get(6)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+/// An endpoint's recent attempts, newest first (the status fallback and the attempts list).
+const ENDPOINT_ATTEMPTS: &str = "SELECT a.id, a.delivery_id, a.started_at_ms, a.duration_ms, \
+    a.status, a.error_kind, a.response FROM attempts a JOIN deliveries d ON d.id = a.delivery_id \
+    WHERE d.endpoint_id = ?1 AND d.tenant_id = ?2 AND a.started_at_ms >= ?3 AND a.id < ?4 \
+    ORDER BY a.id DESC LIMIT ?5";
+
+pub fn endpoint_attempts(
+    c: &Connection,
+    tenant: &str,
+    endpoint: &str,
+    since_ms: i64,
+    before: Option<i64>,
+    limit: u32,
+) -> StoreResult<Vec<AttemptView>> {
+    let mut s = c.prepare_cached(ENDPOINT_ATTEMPTS).map_err(db)?;
+    let before = before.unwrap_or(i64::MAX);
+    let rows = s
+        .query_map(params![endpoint, tenant, since_ms, before, limit], |r| {
             Ok(AttemptView {
                 id: r.get(0)?,
                 delivery_id: r.get(1)?,

@@ -1,0 +1,168 @@
+//! What a tenant does to an endpoint besides editing it: enable, disable, rotate the signing
+//! secret (the old one keeps signing for the overlap), and read its event log.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::auth::TenantAuth;
+use super::error::{ApiResult, Problem};
+use super::page::{MAX_LIMIT, Page, Q};
+use super::views::{EndpointOut, EventOut, check_id, check_text};
+use crate::signing::Secret;
+use crate::store::{Endpoint, EndpointEvent};
+
+/// `POST /v1/endpoints/{id}/disable`: an optional reason.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DisableEndpoint {
+    /// Why, for the event log (at most 500 characters).
+    pub reason: Option<String>,
+}
+
+/// `?limit=` of the event log.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Most events to return, 1–500 (default 100), newest first.
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+}
+
+/// Record an endpoint event; a failure to record never fails the request that caused it.
+pub async fn record(state: &AppState, e: &Endpoint, kind: &str, detail: String) {
+    let event = EndpointEvent {
+        tenant_id: e.tenant_id.clone(),
+        endpoint_id: e.id.clone(),
+        kind: kind.to_owned(),
+        detail,
+        at_ms: crate::clock::now_ms(),
+    };
+    if let Err(err) = state.store.record_event(&event).await {
+        tracing::warn!(error = %err, endpoint = %e.id, kind, "cannot record endpoint event");
+    }
+}
+
+async fn set_enabled(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    enabled: bool,
+    reason: Option<String>,
+) -> ApiResult<Json<EndpointOut>> {
+    check_id("endpoint", id)?;
+    state.store.endpoint(Some(tenant), id).await?;
+    let now = crate::clock::now_ms();
+    state
+        .store
+        .set_endpoint_enabled(id, enabled, reason.as_deref(), now)
+        .await?;
+    if let Some(ctx) = &state.dispatcher {
+        ctx.endpoints.invalidate(id);
+    }
+    let e = state.store.endpoint(Some(tenant), id).await?;
+    let (kind, detail) = if enabled {
+        ("enabled", "enabled by the tenant".to_owned())
+    } else {
+        ("disabled", reason.unwrap_or_default())
+    };
+    record(state, &e, kind, detail).await;
+    Ok(Json(EndpointOut::new(e, false)))
+}
+
+/// Enable an endpoint: its waiting deliveries are claimed again.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/enable", tag = "endpoints",
+    security(("tenant" = [])),
+    params(("id" = String, Path, description = "`ep_…`")),
+    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+pub async fn enable(
+    State(state): State<AppState>,
+    TenantAuth(tenant): TenantAuth,
+    Path(id): Path<String>,
+) -> ApiResult<Json<EndpointOut>> {
+    set_enabled(&state, &tenant.id, &id, true, None).await
+}
+
+/// Disable an endpoint: its deliveries are kept and wait until it is enabled again.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/disable", tag = "endpoints",
+    security(("tenant" = [])),
+    params(("id" = String, Path, description = "`ep_…`")),
+    request_body(content = DisableEndpoint, description = "optional; an empty body is fine"),
+    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+pub async fn disable(
+    State(state): State<AppState>,
+    TenantAuth(tenant): TenantAuth,
+    Path(id): Path<String>,
+    raw: axum::body::Bytes,
+) -> ApiResult<Json<EndpointOut>> {
+    let reason = if raw.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        super::body::parse::<DisableEndpoint>(&raw)?.reason
+    };
+    if let Some(r) = &reason {
+        check_text("reason", r, 500)?;
+    }
+    let reason = reason
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| "disabled by the tenant".to_owned());
+    set_enabled(&state, &tenant.id, &id, false, Some(reason)).await
+}
+
+/// Rotate the signing secret: the answer carries the new one; the old one keeps signing (both
+/// signatures are sent) until `previous_secret_until_ms`.
+#[utoipa::path(post, path = "/v1/endpoints/{id}/rotate-secret", tag = "endpoints",
+    security(("tenant" = [])),
+    params(("id" = String, Path, description = "`ep_…`")),
+    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    TenantAuth(tenant): TenantAuth,
+    Path(id): Path<String>,
+) -> ApiResult<Json<EndpointOut>> {
+    check_id("endpoint", &id)?;
+    let mut e = state.store.endpoint(Some(&tenant.id), &id).await?;
+    let now = crate::clock::now_ms();
+    let until = now + state.settings.rotation_overlap.as_millis() as i64;
+    let old = std::mem::replace(&mut e.secret, Secret::generate().to_string());
+    e.previous_secret = Some(old);
+    e.previous_secret_until_ms = Some(until);
+    e.updated_at_ms = now;
+    state.store.update_endpoint(&e).await?;
+    if let Some(ctx) = &state.dispatcher {
+        ctx.endpoints.invalidate(&e.id);
+    }
+    let detail = format!("signing secret rotated; the previous one signs until {until} ms epoch");
+    record(&state, &e, "secret_rotated", detail).await;
+    Ok(Json(EndpointOut::new(e, true)))
+}
+
+/// The endpoint's event log, newest first: breaker transitions, disables, replays, rotations.
+#[utoipa::path(get, path = "/v1/endpoints/{id}/events", tag = "endpoints",
+    security(("tenant" = [])),
+    params(("id" = String, Path, description = "`ep_…`"), EventsQuery),
+    responses((status = 200, body = Page<EventOut>), (status = "4XX", body = Problem)))]
+pub async fn events(
+    State(state): State<AppState>,
+    TenantAuth(tenant): TenantAuth,
+    Path(id): Path<String>,
+    Q(q): Q<EventsQuery>,
+) -> ApiResult<Json<Page<EventOut>>> {
+    check_id("endpoint", &id)?;
+    let limit = match q.limit {
+        None => 100,
+        Some(n) if (1..=MAX_LIMIT).contains(&n) => n,
+        Some(n) => {
+            return Err(Problem::bad_request(
+                "limit",
+                format!("limit {n} must be 1–{MAX_LIMIT}"),
+            ));
+        }
+    };
+    let events = state.store.list_events(&tenant.id, &id, limit).await?;
+    let data = events.into_iter().map(EventOut::from).collect();
+    Ok(Json(Page { data, next: None }))
+}

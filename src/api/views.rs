@@ -1,0 +1,249 @@
+//! What the API shows: the response shapes of every resource, documented for the OpenAPI
+//! document, built from the store's rows (which never leak secrets or other tenants' fields).
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::error::Problem;
+use crate::store::{AttemptView, DeliveryState, DeliveryView, Endpoint, EndpointEvent};
+
+/// Does `id` look like one of our ids (`ep_…`, `msg_…`)? Anything else cannot exist, so it is a
+/// 404 without a trip to the store (and odd bytes never reach SQL).
+pub fn looks_like_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Check a path id of a resource; an impossible id is that resource's 404.
+pub fn check_id(what: &'static str, id: &str) -> Result<(), Problem> {
+    if looks_like_id(id) {
+        Ok(())
+    } else {
+        Err(Problem::not_found(what))
+    }
+}
+
+/// A numeric delivery id from the path; anything else is a 404.
+pub fn delivery_id(id: &str) -> Result<i64, Problem> {
+    id.parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| Problem::not_found("delivery"))
+}
+
+/// Reject text with control characters (they have no place in names and descriptions, and some
+/// databases refuse NUL).
+pub fn check_text(field: &str, text: &str, max_chars: usize) -> Result<(), Problem> {
+    if text.chars().count() > max_chars {
+        return Err(Problem::unprocessable(
+            field,
+            format!("{field} must be at most {max_chars} characters"),
+        ));
+    }
+    if text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(Problem::unprocessable(
+            field,
+            format!("{field} must not contain control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// A delivery state, as the API names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StateParam {
+    /// Waiting to be claimed.
+    Ready,
+    /// Being attempted now.
+    Leased,
+    /// Delivered (2xx).
+    Delivered,
+    /// Dead-lettered.
+    Dead,
+}
+
+impl From<StateParam> for DeliveryState {
+    fn from(s: StateParam) -> Self {
+        match s {
+            StateParam::Ready => DeliveryState::Ready,
+            StateParam::Leased => DeliveryState::Leased,
+            StateParam::Delivered => DeliveryState::Delivered,
+            StateParam::Dead => DeliveryState::Dead,
+        }
+    }
+}
+
+impl From<DeliveryState> for StateParam {
+    fn from(s: DeliveryState) -> Self {
+        match s {
+            DeliveryState::Ready => StateParam::Ready,
+            DeliveryState::Leased => StateParam::Leased,
+            DeliveryState::Delivered => StateParam::Delivered,
+            DeliveryState::Dead => StateParam::Dead,
+        }
+    }
+}
+
+/// An endpoint; `secret` only on create and on rotation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointOut {
+    /// `ep_…`
+    pub id: String,
+    /// Destination URL.
+    pub url: String,
+    /// Free text.
+    pub description: String,
+    /// Event types delivered here; empty means every type.
+    pub event_types: Vec<String>,
+    /// Disabled endpoints keep their deliveries but receive nothing.
+    pub enabled: bool,
+    /// Why it was disabled.
+    pub disabled_reason: Option<String>,
+    /// True for the tenant's operational webhook (sluice's own notifications).
+    pub operational: bool,
+    /// Lane size override (in-flight deliveries).
+    pub lane_size: Option<u32>,
+    /// Latency breaker ceiling, milliseconds.
+    pub latency_ceiling_ms: Option<u32>,
+    /// Connect timeout override, milliseconds.
+    pub connect_timeout_ms: Option<u32>,
+    /// Read timeout override, milliseconds.
+    pub read_timeout_ms: Option<u32>,
+    /// Total deadline override, milliseconds.
+    pub total_timeout_ms: Option<u32>,
+    /// Until when the previous secret still signs (after a rotation).
+    pub previous_secret_until_ms: Option<i64>,
+    /// When it was created.
+    pub created_at_ms: i64,
+    /// Last change.
+    pub updated_at_ms: i64,
+    /// The signing secret (`whsec_…`): shown only when created or rotated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl EndpointOut {
+    /// The view of `e`, with its secret when `with_secret`.
+    pub fn new(e: Endpoint, with_secret: bool) -> Self {
+        let overlap = e
+            .previous_secret_until_ms
+            .filter(|until| *until > crate::clock::now_ms() && e.previous_secret.is_some());
+        Self {
+            secret: with_secret.then_some(e.secret),
+            id: e.id,
+            url: e.url,
+            description: e.description,
+            event_types: e.event_types,
+            enabled: e.enabled,
+            disabled_reason: e.disabled_reason,
+            operational: e.operational,
+            lane_size: e.lane_size,
+            latency_ceiling_ms: e.latency_ceiling_ms,
+            connect_timeout_ms: e.connect_timeout_ms,
+            read_timeout_ms: e.read_timeout_ms,
+            total_timeout_ms: e.total_timeout_ms,
+            previous_secret_until_ms: overlap,
+            created_at_ms: e.created_at_ms,
+            updated_at_ms: e.updated_at_ms,
+        }
+    }
+}
+
+/// One message × endpoint pair.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryOut {
+    /// Delivery id.
+    pub id: i64,
+    /// Message id.
+    pub message_id: String,
+    /// Endpoint id.
+    pub endpoint_id: String,
+    /// Current state.
+    pub state: StateParam,
+    /// Attempts made (shedding never counts).
+    pub attempts: u32,
+    /// When it becomes (or became) due.
+    pub visible_at_ms: i64,
+    /// HTTP status of the last attempt.
+    pub last_status: Option<u16>,
+    /// Error kind or dead-letter reason of the last attempt.
+    pub last_error: Option<String>,
+    /// When it was created.
+    pub created_at_ms: i64,
+    /// Last change.
+    pub updated_at_ms: i64,
+}
+
+impl From<DeliveryView> for DeliveryOut {
+    fn from(d: DeliveryView) -> Self {
+        Self {
+            id: d.id,
+            message_id: d.message_id,
+            endpoint_id: d.endpoint_id,
+            state: d.state.into(),
+            attempts: d.attempts,
+            visible_at_ms: d.visible_at_ms,
+            last_status: d.last_status,
+            last_error: d.last_error,
+            created_at_ms: d.created_at_ms,
+            updated_at_ms: d.updated_at_ms,
+        }
+    }
+}
+
+/// One attempt: status, error kind, duration, truncated response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptOut {
+    /// Attempt id.
+    pub id: i64,
+    /// Delivery id.
+    pub delivery_id: i64,
+    /// When it started (epoch ms).
+    pub started_at_ms: i64,
+    /// How long it took, milliseconds.
+    pub duration_ms: u32,
+    /// HTTP status, if a response arrived.
+    pub status: Option<u16>,
+    /// Error kind (`timeout_read`, `connection_refused`, …) when it failed.
+    pub error_kind: Option<String>,
+    /// The response body, truncated.
+    pub response: Option<String>,
+}
+
+impl From<AttemptView> for AttemptOut {
+    fn from(a: AttemptView) -> Self {
+        Self {
+            id: a.id,
+            delivery_id: a.delivery_id,
+            started_at_ms: a.started_at_ms,
+            duration_ms: a.duration_ms,
+            status: a.status,
+            error_kind: a.error_kind,
+            response: a.response,
+        }
+    }
+}
+
+/// Something that happened to an endpoint: breaker transitions, disables, replays.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventOut {
+    /// `breaker_open`, `disabled`, `enabled`, `replayed`, `secret_rotated`, …
+    pub kind: String,
+    /// What happened, with the figures that caused it.
+    pub detail: String,
+    /// When (epoch ms).
+    pub at_ms: i64,
+}
+
+impl From<EndpointEvent> for EventOut {
+    fn from(e: EndpointEvent) -> Self {
+        Self {
+            kind: e.kind,
+            detail: e.detail,
+            at_ms: e.at_ms,
+        }
+    }
+}

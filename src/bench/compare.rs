@@ -1,0 +1,95 @@
+//! Healthy customers with and without a bad one: the latency figures, the factor between them,
+//! and the chart panels every baseline-vs-bad scenario shares.
+
+use super::chart::{Line, Panel};
+use super::phase::{HEALTHY, Phase};
+use super::report::{Report, ratio};
+
+/// The quantiles compared, with their names.
+pub const QUANTILES: [(f64, &str); 3] = [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")];
+
+/// Healthy enqueue→delivery quantiles in both phases and their factor, healthy delivery rates,
+/// and what was left undelivered.
+pub fn healthy_figures(report: &mut Report, base: &Phase, with: &Phase, bad: &str) {
+    for (q, name) in QUANTILES {
+        let b = base.healthy_ms(q);
+        let w = with.healthy_ms(q);
+        report.figure(
+            &format!("baseline_healthy_{name}_ms"),
+            &format!("healthy {name} enqueue→delivery, baseline"),
+            b,
+            "ms",
+        );
+        report.figure(
+            &format!("healthy_{name}_ms"),
+            &format!("healthy {name} enqueue→delivery, with the {bad} endpoint"),
+            w,
+            "ms",
+        );
+        report.figure(
+            &format!("healthy_{name}_factor"),
+            &format!("healthy {name} factor (with {bad} ÷ baseline)"),
+            ratio(w, b),
+            "x",
+        );
+    }
+    report.figure(
+        "baseline_healthy_delivered_per_s",
+        "healthy deliveries, baseline",
+        Some(base.healthy_rate()),
+        "/s",
+    );
+    report.figure(
+        "healthy_delivered_per_s",
+        &format!("healthy deliveries, with the {bad} endpoint"),
+        Some(with.healthy_rate()),
+        "/s",
+    );
+    report.figure(
+        "healthy_undelivered",
+        &format!("healthy accepted but undelivered at the end, with the {bad} endpoint"),
+        Some(with.healthy_undelivered as f64),
+        "",
+    );
+    if with.timeline.errors(HEALTHY) + base.timeline.errors(HEALTHY) > 0 {
+        report.note(format!(
+            "{} healthy POSTs failed (baseline {})",
+            with.timeline.errors(HEALTHY),
+            base.timeline.errors(HEALTHY)
+        ));
+    }
+}
+
+/// The chart panel of healthy latency over time, baseline vs with the bad endpoint.
+pub fn latency_panel(base: &Phase, with: &Phase, bad: &str) -> Panel {
+    let mut lines = Vec::new();
+    for (phase, label) in [(base, "baseline"), (with, bad)] {
+        for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+            lines.push(Line::new(
+                format!("healthy {name}, {label}"),
+                phase.timeline.quantile_series(HEALTHY, q),
+            ));
+        }
+    }
+    Panel::log(
+        "healthy endpoints: enqueue→delivery latency per second",
+        "ms (log)",
+        lines,
+    )
+}
+
+/// Keep the healthy latency series of both phases in the JSON output.
+pub fn keep_series(report: &mut Report, base: &Phase, with: &Phase) {
+    for (phase, prefix) in [(base, "baseline"), (with, "with")] {
+        for (q, name) in QUANTILES {
+            report.series(
+                &format!("{prefix}.healthy_{name}_ms"),
+                phase.timeline.quantile_series(HEALTHY, q),
+            );
+        }
+        report.series(
+            &format!("{prefix}.healthy_delivered_per_s"),
+            phase.timeline.count_series(HEALTHY, false),
+        );
+    }
+}

@@ -1,0 +1,245 @@
+//! Messages, deliveries and attempts; idempotency under concurrency; dead letters and replay.
+
+use reqwest::Method;
+use serde_json::json;
+use sluice::receivers::{self, Behavior};
+
+use super::{Sluice, assert_problem, states};
+
+#[tokio::test]
+async fn messages_deliveries_and_attempts_per_message_and_per_endpoint() {
+    let s = Sluice::start(|_| {}).await;
+    let (_, token) = s.tenant("acme").await;
+    let rx = receivers::start(Behavior::Fast, true).await.unwrap();
+    let ep = s.endpoint(&token, &rx.url(), json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let msg = s
+        .message(&token, "order.paid", json!({ "order": 42 }))
+        .await;
+    s.wait_for(
+        &format!("/v1/messages/{msg}/deliveries?state=delivered"),
+        &token,
+        |v| states(v) == ["delivered"],
+    )
+    .await;
+    assert_eq!(rx.record.received()[0].body.as_ref(), br#"{"order":42}"#);
+
+    let m = s.get_ok(&format!("/v1/messages/{msg}"), &token).await;
+    assert_eq!(
+        (m["payload"].clone(), m["event_type"].clone()),
+        (json!({ "order": 42 }), json!("order.paid"))
+    );
+    assert_eq!(m["deliveries"][0]["endpoint_id"], ep.as_str());
+    let list = s.get_ok("/v1/messages?limit=1", &token).await;
+    assert_eq!(list["data"][0]["id"], msg.as_str());
+    assert_eq!(list["next"], msg.as_str(), "a full page has a cursor");
+    let after = s
+        .get_ok(
+            &format!(
+                "/v1/messages?limit=1&after={}",
+                list["next"].as_str().unwrap()
+            ),
+            &token,
+        )
+        .await;
+    assert_eq!(
+        (after["data"].clone(), after["next"].clone()),
+        (json!([]), json!(null))
+    );
+
+    let none = s
+        .get_ok(&format!("/v1/messages/{msg}/deliveries?state=dead"), &token)
+        .await;
+    assert_eq!(none["data"], json!([]));
+    let by_ep = s
+        .get_ok(
+            &format!("/v1/endpoints/{ep}/deliveries?state=delivered"),
+            &token,
+        )
+        .await;
+    let delivery = by_ep["data"][0]["id"].as_i64().unwrap();
+    assert_eq!(by_ep["data"][0]["message_id"], msg.as_str());
+
+    for path in [
+        format!("/v1/messages/{msg}/attempts"),
+        format!("/v1/endpoints/{ep}/attempts"),
+        format!("/v1/deliveries/{delivery}/attempts"),
+    ] {
+        let a = s.get_ok(&path, &token).await;
+        let a = &a["data"][0];
+        assert_eq!(
+            (a["delivery_id"].as_i64(), a["status"].as_u64()),
+            (Some(delivery), Some(200)),
+            "{path}"
+        );
+        assert!(
+            a["duration_ms"].is_u64() && a["error_kind"].is_null() && a.get("response").is_some()
+        );
+    }
+    let d = s
+        .get_ok(&format!("/v1/deliveries/{delivery}"), &token)
+        .await;
+    assert_eq!(
+        (d["state"].clone(), d["attempts"].clone()),
+        (json!("delivered"), json!(1))
+    );
+    assert_eq!(d["attempt_log"].as_array().unwrap().len(), 1);
+    // Replaying what is not dead is a conflict.
+    let r = s
+        .call(
+            Method::POST,
+            &format!("/v1/deliveries/{delivery}/replay"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_problem(&r, 409, None);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_duplicates_create_one_message() {
+    let s = Sluice::start(|_| {}).await;
+    let (_, token) = s.tenant("acme").await;
+    let rx = receivers::start(Behavior::Fast, true).await.unwrap();
+    s.endpoint(&token, &rx.url(), json!({})).await;
+    let body =
+        serde_json::to_vec(&json!({ "event_type": "order.paid", "payload": { "n": 1 } })).unwrap();
+    let calls = (0..20).map(|_| {
+        s.raw(
+            Method::POST,
+            "/v1/messages",
+            Some(&token),
+            Some(body.clone()),
+            "application/json",
+            &[("idempotency-key", "order-1")],
+        )
+    });
+    let replies = futures_util::future::join_all(calls).await;
+    let ids: std::collections::HashSet<String> = replies
+        .iter()
+        .map(|r| r.body["id"].as_str().expect("id").to_owned())
+        .collect();
+    assert_eq!(ids.len(), 1, "one message id for all twenty");
+    let created = replies.iter().filter(|r| r.status == 202).count();
+    let repeats = replies
+        .iter()
+        .filter(|r| r.status == 200 && r.body["duplicate"] == true)
+        .count();
+    assert_eq!((created, repeats), (1, 19));
+    assert_eq!(
+        s.get_ok("/v1/messages", &token).await["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let id = ids.into_iter().next().unwrap();
+    s.wait_for(&format!("/v1/messages/{id}/deliveries"), &token, |v| {
+        states(v) == ["delivered"]
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(rx.record.requests(), 1, "delivered once");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn replay_makes_a_dead_letter_deliverable_again() {
+    let s = Sluice::start(|raw| raw.retry_schedule = Some("100ms".into())).await;
+    let (_, token) = s.tenant("acme").await;
+    // The first four requests fail: two messages die after two attempts each, then it recovers.
+    let rx = receivers::start(
+        Behavior::FailFirst {
+            fail_first: 4,
+            status: 500,
+        },
+        false,
+    )
+    .await
+    .unwrap();
+    let ep = s.endpoint(&token, &rx.url(), json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = s.message(&token, "order.paid", json!({ "n": 1 })).await;
+    let second = s.message(&token, "order.paid", json!({ "n": 2 })).await;
+    for m in [&first, &second] {
+        s.wait_for(&format!("/v1/messages/{m}/deliveries"), &token, |v| {
+            states(v) == ["dead"]
+        })
+        .await;
+    }
+    let dead = s.get_ok("/v1/dead-letters", &token).await;
+    assert_eq!(dead["data"].as_array().unwrap().len(), 2);
+    assert_eq!(dead["data"][0]["attempts"], 2);
+    assert_eq!(
+        s.get_ok(&format!("/v1/dead-letters?endpoint_id={ep}"), &token)
+            .await["data"],
+        dead["data"]
+    );
+    let one = dead["data"][0]["id"].as_i64().unwrap();
+    let attempts = s
+        .get_ok(&format!("/v1/deliveries/{one}/attempts"), &token)
+        .await;
+    assert_eq!(attempts["data"][0]["status"], 500);
+
+    let r = s
+        .call(
+            Method::POST,
+            &format!("/v1/deliveries/{one}/replay"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["replayed"].clone()),
+        (200, json!(1)),
+        "{}",
+        r.text
+    );
+    let d = s
+        .wait_for(&format!("/v1/deliveries/{one}"), &token, |v| {
+            v["state"] == "delivered"
+        })
+        .await;
+    assert_eq!(d["attempts"], 1, "attempts were reset");
+
+    let r = s
+        .call(
+            Method::POST,
+            &format!("/v1/endpoints/{ep}/dead-letters/replay"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["replayed"].clone()),
+        (200, json!(1)),
+        "{}",
+        r.text
+    );
+    s.wait_for(
+        &format!("/v1/endpoints/{ep}/deliveries?state=delivered"),
+        &token,
+        |v| v["data"].as_array().unwrap().len() == 2,
+    )
+    .await;
+    assert_eq!(
+        s.get_ok("/v1/dead-letters", &token).await["data"],
+        json!([])
+    );
+    let events = s
+        .get_ok(&format!("/v1/endpoints/{ep}/events"), &token)
+        .await;
+    let replays = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "replayed")
+        .count();
+    assert_eq!(replays, 2, "both replays recorded: {events}");
+    s.stop().await;
+}
