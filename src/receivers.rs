@@ -90,7 +90,10 @@ impl Record {
     }
     /// Everything received (when recording is on).
     pub fn received(&self) -> Vec<Received> {
-        self.received.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.received
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
     /// Distinct webhook ids received.
     pub fn distinct_ids(&self) -> std::collections::HashSet<String> {
@@ -133,7 +136,11 @@ pub async fn start(behavior: Behavior, keep: bool) -> std::io::Result<Receiver> 
 }
 
 /// Start a receiver on a given address.
-pub async fn start_on(addr: SocketAddr, behavior: Behavior, keep: bool) -> std::io::Result<Receiver> {
+pub async fn start_on(
+    addr: SocketAddr,
+    behavior: Behavior,
+    keep: bool,
+) -> std::io::Result<Receiver> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let record = Arc::new(Record {

@@ -59,7 +59,13 @@ async fn wait_up(http: &reqwest::Client, base: &str) {
     );
 }
 
-async fn post(http: &reqwest::Client, base: &str, token: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
+async fn post(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
     let r = http
         .post(format!("{base}{path}"))
         .bearer_auth(token)
@@ -85,18 +91,40 @@ async fn sigkill_mid_delivery_loses_nothing() {
     wait_up(&http, &base).await;
     let tenant = post(&http, &base, ADMIN, "/v1/tenants", json!({"name": "t"})).await;
     let token = tenant["token"].as_str().unwrap().to_owned();
-    post(&http, &base, &token, "/v1/endpoints", json!({"url": rx.url(), "lane_size": 4})).await;
+    post(
+        &http,
+        &base,
+        &token,
+        "/v1/endpoints",
+        json!({"url": rx.url(), "lane_size": 4}),
+    )
+    .await;
     let mut ids = Vec::new();
     for i in 0..24 {
-        let m = post(&http, &base, &token, "/v1/messages", json!({"event_type": "e", "payload": {"i": i}})).await;
+        let m = post(
+            &http,
+            &base,
+            &token,
+            "/v1/messages",
+            json!({"event_type": "e", "payload": {"i": i}}),
+        )
+        .await;
         ids.push(m["id"].as_str().unwrap().to_owned());
     }
     // Kill it while deliveries are in flight.
-    assert!(eventually(Duration::from_secs(20), || async { rx.record.requests() >= 4 }).await);
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            rx.record.requests() >= 4
+        })
+        .await
+    );
     child.kill().unwrap();
     child.wait().unwrap();
     let before = rx.record.requests();
-    assert!(before < 24, "everything finished before the kill; the test proves nothing");
+    assert!(
+        before < 24,
+        "everything finished before the kill; the test proves nothing"
+    );
 
     let mut child = spawn(dir.path(), port);
     wait_up(&http, &base).await;
@@ -107,7 +135,12 @@ async fn sigkill_mid_delivery_loses_nothing() {
     .await;
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(all, "lost deliveries: {} of {} arrived", rx.record.distinct_ids().len(), ids.len());
+    assert!(
+        all,
+        "lost deliveries: {} of {} arrived",
+        rx.record.distinct_ids().len(),
+        ids.len()
+    );
     // Every copy of a message carries the same webhook-id, so receivers can de-duplicate.
     for r in rx.record.received() {
         assert!(ids.contains(&r.id));
@@ -127,23 +160,45 @@ async fn sigterm_drains_leaving_nothing_leased_and_nothing_lost() {
     wait_up(&http, &base).await;
     let tenant = post(&http, &base, ADMIN, "/v1/tenants", json!({"name": "t"})).await;
     let token = tenant["token"].as_str().unwrap().to_owned();
-    post(&http, &base, &token, "/v1/endpoints", json!({"url": rx.url(), "lane_size": 2})).await;
+    post(
+        &http,
+        &base,
+        &token,
+        "/v1/endpoints",
+        json!({"url": rx.url(), "lane_size": 2}),
+    )
+    .await;
     for i in 0..10 {
-        post(&http, &base, &token, "/v1/messages", json!({"event_type": "e", "payload": {"i": i}})).await;
+        post(
+            &http,
+            &base,
+            &token,
+            "/v1/messages",
+            json!({"event_type": "e", "payload": {"i": i}}),
+        )
+        .await;
     }
-    assert!(eventually(Duration::from_secs(20), || async { rx.record.in_flight() >= 1 }).await);
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            rx.record.in_flight() >= 1
+        })
+        .await
+    );
     let pid = child.id() as i32;
     // SAFETY-free: plain kill(2) through the shell utility.
-    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
     assert!(exit.success(), "sluice exited with {exit:?}");
 
-    let store = sluice::store::sqlite::SqliteStore::open(
-        &dir.path().join("sluice.db"),
-        Default::default(),
-    )
-    .unwrap();
+    let store =
+        sluice::store::sqlite::SqliteStore::open(&dir.path().join("sluice.db"), Default::default())
+            .unwrap();
     let tenant_id = tenant["id"].as_str().unwrap().to_owned();
     let all = store
         .list_deliveries(&DeliveryFilter {
@@ -154,7 +209,10 @@ async fn sigterm_drains_leaving_nothing_leased_and_nothing_lost() {
         .await
         .unwrap();
     assert_eq!(all.len(), 10);
-    let delivered = all.iter().filter(|d| d.state == DeliveryState::Delivered).count();
+    let delivered = all
+        .iter()
+        .filter(|d| d.state == DeliveryState::Delivered)
+        .count();
     assert!(delivered >= 1, "in-flight attempts were allowed to finish");
     for d in &all {
         assert_ne!(d.state, DeliveryState::Leased, "left leased: {d:?}");

@@ -26,11 +26,27 @@ async fn a_message_arrives_signed_and_is_recorded_as_delivered() {
     assert!(eventually(WAIT, || async { rx.record.requests() >= 1 }).await);
     let got = rx.record.received().remove(0);
     assert_eq!(got.id, msg, "webhook-id is the message id");
-    assert_eq!(&got.body[..], br#"{"order":42}"#, "payload delivered verbatim");
+    assert_eq!(
+        &got.body[..],
+        br#"{"order":42}"#,
+        "payload delivered verbatim"
+    );
     let secret = Secret::parse(&secret).unwrap();
     let ts: i64 = got.timestamp.parse().unwrap();
-    assert!(signing::verify(&secret, &got.id, ts, &got.body, &got.signature));
-    assert!(!signing::verify(&secret, &got.id, ts + 1, &got.body, &got.signature));
+    assert!(signing::verify(
+        &secret,
+        &got.id,
+        ts,
+        &got.body,
+        &got.signature
+    ));
+    assert!(!signing::verify(
+        &secret,
+        &got.id,
+        ts + 1,
+        &got.body,
+        &got.signature
+    ));
 
     assert!(
         eventually(WAIT, || async {
@@ -63,7 +79,10 @@ async fn a_message_arrives_signed_and_is_recorded_as_delivered() {
             },
             "body": String::from_utf8(got.body.to_vec()).unwrap(),
         });
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/verify_standardwebhooks.py");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/verify_standardwebhooks.py"
+        );
         let mut child = std::process::Command::new(python)
             .arg(script)
             .stdin(std::process::Stdio::piped())
@@ -125,7 +144,10 @@ async fn a_dead_endpoint_cannot_eat_the_pool() {
         // Throughout, healthy deliveries keep arriving: never more than a few behind.
         if i >= 10 {
             let behind = (i + 1) as u64 - healthy.record.requests();
-            assert!(behind <= 5, "healthy endpoint starved: {behind} behind at {i}");
+            assert!(
+                behind <= 5,
+                "healthy endpoint starved: {behind} behind at {i}"
+            );
         }
     }
     assert!(eventually(WAIT, || async { healthy.record.requests() >= 30 }).await);
@@ -133,7 +155,11 @@ async fn a_dead_endpoint_cannot_eat_the_pool() {
         assert_eq!(delivery_of(&s, &ok_token, m).await["state"], "delivered");
     }
     // The dead endpoint never held more than its lane: the fairness ceiling of a pool of 4.
-    assert!(dead.record.peak_concurrency() <= 2, "{}", dead.record.peak_concurrency());
+    assert!(
+        dead.record.peak_concurrency() <= 2,
+        "{}",
+        dead.record.peak_concurrency()
+    );
     // Its attempts ended at the read timeout and were rescheduled, not lost.
     assert!(
         eventually(WAIT, || async {
@@ -171,7 +197,10 @@ async fn retry_after_pauses_the_endpoint_and_schedules_the_retry() {
     assert_eq!(d["state"], "ready");
     assert_eq!(d["last_status"], 429);
     let wait_ms = d["visible_at_ms"].as_i64().unwrap() - d["updated_at_ms"].as_i64().unwrap();
-    assert!(wait_ms >= 29_000, "retry scheduled after Retry-After, got {wait_ms} ms");
+    assert!(
+        wait_ms >= 29_000,
+        "retry scheduled after Retry-After, got {wait_ms} ms"
+    );
 
     // While paused, a new message to the endpoint is held, not attempted.
     let second = s.send(&token, "e", json!({})).await;
@@ -204,7 +233,10 @@ async fn gone_disables_the_endpoint_and_holds_its_deliveries() {
         .await
     );
     let (_, e) = s.get(&token, &format!("/v1/endpoints/{ep}")).await;
-    assert!(e["disabled_reason"].as_str().unwrap().contains("410"), "{e}");
+    assert!(
+        e["disabled_reason"].as_str().unwrap().contains("410"),
+        "{e}"
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let d = delivery_of(&s, &token, &msg).await;
     assert_eq!(d["state"], "ready", "held, not dropped: {d}");
@@ -322,10 +354,7 @@ async fn refused_destinations_are_clear_errors_and_never_attempted() {
         .await
     );
     let d = delivery_of(&s, &token, &msg).await;
-    assert!(
-        d["last_error"].as_str().unwrap().contains("refused"),
-        "{d}"
-    );
+    assert!(d["last_error"].as_str().unwrap().contains("refused"), "{d}");
     assert_eq!(rx.record.requests(), 0);
     s.running.stop().await;
 }

@@ -693,6 +693,72 @@ async fn check_concurrent_claimers(store: SharedStore) {
     assert_eq!((stats.ready, stats.leased), (0, total as u64));
 }
 
+/// 8 claimers that settle what they hold (a retry due at once, then delivered) never hold the
+/// same delivery at the same time, and together deliver everything exactly as often as planned.
+async fn check_concurrent_claim_settle(store: SharedStore) {
+    let t = tenant(&store).await;
+    for _ in 0..4 {
+        endpoint(&store, &t, &[]).await;
+    }
+    let now = now_ms();
+    enqueue_n(&store, &t, "a", 100, now).await;
+    let total = 400;
+
+    let held = Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let start = Arc::new(tokio::sync::Barrier::new(8));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (store, start, held) = (store.clone(), start.clone(), held.clone());
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            let mut idle = 0;
+            while idle < 3 {
+                let batch = store.claim(&req(now, 8, 2)).await.expect("claim");
+                if batch.is_empty() {
+                    // Others may still hold retries that will become ready again.
+                    idle += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                idle = 0;
+                let mut settlements = Vec::new();
+                {
+                    let mut held = held.lock().unwrap();
+                    for c in &batch {
+                        assert!(held.insert(c.delivery_id), "{} held twice", c.delivery_id);
+                    }
+                    // Release our hold before the settle commits: once it commits another
+                    // claimer may legitimately take the delivery.
+                    for c in &batch {
+                        held.remove(&c.delivery_id);
+                        let outcome = if c.attempts == 0 {
+                            SettleOutcome::Retry { at_ms: now }
+                        } else {
+                            SettleOutcome::Delivered
+                        };
+                        settlements.push(settlement(c, outcome, Some(attempt(Some(200), None))));
+                    }
+                }
+                let applied = store.settle(&settlements, now).await.expect("settle");
+                assert_eq!(applied.len(), batch.len(), "a held lease was not ours");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let stats = store.queue_stats(now).await.unwrap();
+    assert_eq!(
+        (stats.ready, stats.leased, stats.delivered),
+        (0, 0, total as u64)
+    );
+    let all = deliveries(&store, all_of(&t)).await;
+    assert!(
+        all.iter().all(|d| d.attempts == 2),
+        "every delivery took two attempts"
+    );
+}
+
 async fn check_fairness(store: SharedStore) {
     let t = tenant(&store).await;
     let a = endpoint(&store, &t, &["flood"]).await;
@@ -1462,6 +1528,7 @@ conformance!(
     check_failed_enqueue_is_atomic,
     check_claim_basics,
     check_concurrent_claimers,
+    check_concurrent_claim_settle,
     check_fairness,
     check_round_robin_cursor,
     check_settle_outcomes,

@@ -73,6 +73,10 @@ async fn refresh_gauges(state: &AppState) {
         m.breaker_state.clear();
         for rt in ctx.endpoints.all() {
             let label = crate::metrics::Metrics::endpoint(&rt.id);
+            // Touch the seed counters so every known endpoint has a series from zero (a
+            // family without samples is not exported, and `rate()` needs the zero).
+            let _ = m.deliveries_ok.get_or_create(&label);
+            let _ = m.deliveries_shed.get_or_create(&label);
             let s = rt.state();
             m.lane_size
                 .get_or_create(&label)

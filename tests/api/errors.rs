@@ -158,7 +158,7 @@ async fn bad_input_is_a_problem_naming_the_field_and_stores_nothing() {
             &format!("/v1/endpoints/{id}/deliveries?state=lost") as &str,
             "state",
         ),
-        ("/v1/endpoints?colour=blue", "query"),
+        ("/v1/endpoints?colour=blue", "colour"),
     ] {
         assert_problem(&s.call(Method::GET, path, t, None).await, 400, Some(field));
     }

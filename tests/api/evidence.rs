@@ -189,6 +189,13 @@ async fn sustained_shedding_sends_a_throttle_notice_with_lane_rate_and_remedy() 
     assert!(data["shed_share"].as_f64().unwrap() > 0.2, "{notice}");
     assert!(data["remedy"].as_str().unwrap().contains("2xx at once"));
     assert!(data["effective_lane"].is_u64() && data.get("effective_rate_per_s").is_some());
+    let text = s.call(Method::GET, "/metrics", None, None).await.text;
+    let shed = &parse_metrics(&text)["webhook_deliveries_shed_total"];
+    let mine = shed
+        .iter()
+        .find(|(l, _)| l.contains(ep.as_str()))
+        .expect("shed series");
+    assert!(mine.1 >= 1.0, "sheds counted: {text}");
     s.stop().await;
 }
 
@@ -277,8 +284,10 @@ async fn metrics_parse_as_prometheus_text_and_carry_the_seed_names() {
         "{}",
         r.text
     );
-    // OpenMetrics names a counter family without `_total`; its samples carry it.
-    assert!(r.text.contains("# TYPE webhook_deliveries_shed counter"), "{}", r.text);
+    assert!(has(
+        "webhook_deliveries_shed_total",
+        &format!("endpoint=\"{ep}\"")
+    ));
     assert!(has("webhook_service_seconds_bucket", "le="));
     assert!(has("webhook_phase_seconds_bucket", "phase="));
     assert!(has(
