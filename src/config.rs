@@ -543,7 +543,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "d" => value * 86400.0,
         _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h, d)")),
     };
-    if !seconds.is_finite() || seconds < 0.0 || seconds > 365.0 * 86400.0 {
+    if !(0.0..=365.0 * 86400.0).contains(&seconds) {
         return Err(format!("{text:?} is out of range"));
     }
     Ok(Duration::from_secs_f64(seconds))

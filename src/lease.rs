@@ -137,7 +137,7 @@ pub fn live_load(ctx: &Ctx) -> (f64, f64) {
 /// Erlang C pool for a 50 ms mean queue wait, clamped to the operator's bounds.
 pub fn recommended_concurrency(rate_per_s: f64, mean_service_s: f64, min: u32, max: u32) -> u32 {
     let load = rate_per_s * mean_service_s;
-    if !(load > 0.0) {
+    if load.is_nan() || load <= 0.0 {
         return min;
     }
     crate::sizing::servers_for_mean_wait(load, mean_service_s, 0.05)

@@ -84,6 +84,11 @@ impl Record {
     pub fn peak_concurrency(&self) -> usize {
         self.peak.load(Ordering::Acquire)
     }
+    /// Start measuring the peak afresh (from the current in-flight count); returns the old peak.
+    pub fn reset_peak(&self) -> usize {
+        self.peak
+            .swap(self.in_flight.load(Ordering::Acquire), Ordering::AcqRel)
+    }
     /// Requests in flight now.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)

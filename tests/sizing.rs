@@ -335,3 +335,25 @@ fn size_command_prints_the_seed_rows() {
         assert!(text.contains(figure), "{figure} missing from:\n{text}");
     }
 }
+
+#[test]
+fn backlog_growth_is_added_to_the_offered_rate() {
+    let (before, after) = bimodal(100, 0);
+    let depth = |ready: u32| {
+        format!(
+            "sluice_queue_depth{{state=\"ready\"}} {ready}\nsluice_queue_depth{{state=\"leased\"}} 8\n"
+        )
+    };
+    let before = Scrape::parse(&depth(100)).map(|d| Scrape {
+        samples: [before.samples, d.samples].concat(),
+    });
+    let after = Scrape::parse(&depth(300)).map(|d| Scrape {
+        samples: [after.samples, d.samples].concat(),
+    });
+    let m = from_scrapes(&before.expect("before"), &after.expect("after"), 10.0);
+    assert_eq!(m.backlog_growth_per_s, Some(20.0));
+    let report = plan::plan(&m, &PlanOptions::default()).expect("plan");
+    // 100 completed attempts in 10 s plus 20/s of growth.
+    assert!((report.offered_rate_per_s - 30.0).abs() < 1e-9);
+    assert!(report.warnings.iter().any(|w| w.contains("backlog grew")));
+}

@@ -77,7 +77,10 @@ pub async fn find_delivery(state: &AppState, tenant: &str, id: i64) -> ApiResult
 #[utoipa::path(get, path = "/v1/messages/{id}/deliveries", tag = "deliveries",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`msg_…`"), DeliveryQuery),
-    responses((status = 200, body = Page<DeliveryOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<DeliveryOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn by_message(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -99,7 +102,10 @@ pub async fn by_message(
 #[utoipa::path(get, path = "/v1/messages/{id}/attempts", tag = "deliveries",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`msg_…`")),
-    responses((status = 200, body = Page<AttemptOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<AttemptOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn message_attempts(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -119,7 +125,10 @@ pub async fn message_attempts(
 #[utoipa::path(get, path = "/v1/endpoints/{id}/deliveries", tag = "deliveries",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`"), DeliveryQuery),
-    responses((status = 200, body = Page<DeliveryOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<DeliveryOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn by_endpoint(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -141,7 +150,10 @@ pub async fn by_endpoint(
 #[utoipa::path(get, path = "/v1/endpoints/{id}/attempts", tag = "deliveries",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`"), PageQuery),
-    responses((status = 200, body = Page<AttemptOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<AttemptOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn endpoint_attempts(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -166,7 +178,10 @@ pub async fn endpoint_attempts(
 #[utoipa::path(get, path = "/v1/deliveries/{id}", tag = "deliveries",
     security(("tenant" = [])),
     params(("id" = i64, Path, description = "delivery id")),
-    responses((status = 200, body = DeliveryDetail), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = DeliveryDetail),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn get(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -185,7 +200,10 @@ pub async fn get(
 #[utoipa::path(get, path = "/v1/deliveries/{id}/attempts", tag = "deliveries",
     security(("tenant" = [])),
     params(("id" = i64, Path, description = "delivery id")),
-    responses((status = 200, body = Page<AttemptOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<AttemptOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn attempts(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -201,7 +219,10 @@ pub async fn attempts(
 #[utoipa::path(post, path = "/v1/deliveries/{id}/replay", tag = "dead letters",
     security(("tenant" = [])),
     params(("id" = i64, Path, description = "delivery id")),
-    responses((status = 200, body = Replayed), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Replayed),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn replay_one(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -232,7 +253,10 @@ pub async fn replay_one(
 #[utoipa::path(get, path = "/v1/dead-letters", tag = "dead letters",
     security(("tenant" = [])),
     params(DeadLetterQuery),
-    responses((status = 200, body = Page<DeliveryOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<DeliveryOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn dead_letters(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -263,7 +287,10 @@ pub async fn dead_letters(
 #[utoipa::path(post, path = "/v1/endpoints/{id}/dead-letters/replay", tag = "dead letters",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
-    responses((status = 200, body = Replayed), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Replayed),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn replay_endpoint(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,

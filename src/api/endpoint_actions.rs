@@ -77,7 +77,10 @@ async fn set_enabled(
 #[utoipa::path(post, path = "/v1/endpoints/{id}/enable", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
-    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = EndpointOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn enable(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -91,7 +94,10 @@ pub async fn enable(
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
     request_body(content = DisableEndpoint, description = "optional; an empty body is fine"),
-    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = EndpointOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn disable(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -117,7 +123,10 @@ pub async fn disable(
 #[utoipa::path(post, path = "/v1/endpoints/{id}/rotate-secret", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
-    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = EndpointOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn rotate_secret(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -144,7 +153,10 @@ pub async fn rotate_secret(
 #[utoipa::path(get, path = "/v1/endpoints/{id}/events", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`"), EventsQuery),
-    responses((status = 200, body = Page<EventOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<EventOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn events(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,

@@ -192,7 +192,10 @@ pub fn new_endpoint(id: String, tenant: String, url: String, operational: bool) 
 /// Create an endpoint; the answer carries its signing secret, shown once.
 #[utoipa::path(post, path = "/v1/endpoints", tag = "endpoints", security(("tenant" = [])),
     request_body = CreateEndpoint,
-    responses((status = 201, body = EndpointOut), (status = "4XX", body = Problem)))]
+    responses((status = 201, body = EndpointOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn create(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -226,7 +229,10 @@ pub async fn create(
 /// List the tenant's endpoints (the operational webhook is listed on its own route).
 #[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints", security(("tenant" = [])),
     params(PageQuery),
-    responses((status = 200, body = Page<EndpointOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<EndpointOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn list(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -252,7 +258,10 @@ pub async fn list(
 /// One endpoint.
 #[utoipa::path(get, path = "/v1/endpoints/{id}", tag = "endpoints", security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
-    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = EndpointOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn get(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -267,7 +276,10 @@ pub async fn get(
 #[utoipa::path(patch, path = "/v1/endpoints/{id}", tag = "endpoints", security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
     request_body = UpdateEndpoint,
-    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = EndpointOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn update(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -328,7 +340,10 @@ pub async fn update(
 /// Delete an endpoint and its deliveries.
 #[utoipa::path(delete, path = "/v1/endpoints/{id}", tag = "endpoints", security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
-    responses((status = 204), (status = "4XX", body = Problem)))]
+    responses((status = 204),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn delete(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,

@@ -97,7 +97,9 @@ pub fn check_event_type(t: &str) -> Result<(), Problem> {
         description = "1–256 printable ASCII characters; a repeat returns the original")),
     request_body = CreateMessage,
     responses((status = 202, body = Created), (status = 200, body = Created),
-        (status = "4XX", body = Problem)))]
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn create(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -163,7 +165,10 @@ pub async fn create(
 /// One message with its payload and deliveries.
 #[utoipa::path(get, path = "/v1/messages/{id}", tag = "messages", security(("tenant" = [])),
     params(("id" = String, Path, description = "`msg_…`")),
-    responses((status = 200, body = MessageOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = MessageOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn get(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -189,7 +194,10 @@ pub async fn get(
 /// The tenant's messages, newest first.
 #[utoipa::path(get, path = "/v1/messages", tag = "messages", security(("tenant" = [])),
     params(PageQuery),
-    responses((status = 200, body = Page<MessageItem>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<MessageItem>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn list(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,

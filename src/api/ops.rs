@@ -18,7 +18,7 @@ pub async fn healthz() -> &'static str {
 /// `GET /readyz`: the store answers.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses((status = 200, body = String, content_type = "text/plain"),
-        (status = 503, body = Problem)))]
+        (status = 503, body = Problem, content_type = "application/problem+json")))]
 pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, Problem> {
     state.store.ping().await.map_err(|e| {
         Problem::new(

@@ -66,7 +66,9 @@ pub fn operational_id(tenant_id: &str) -> String {
     security(("tenant" = [])),
     request_body = OperationalWebhook,
     responses((status = 201, body = EndpointOut), (status = 200, body = EndpointOut),
-        (status = "4XX", body = Problem)))]
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn put(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -99,7 +101,10 @@ pub async fn put(
 /// The tenant's operational webhook (its deliveries and status are under `/v1/endpoints/{id}`).
 #[utoipa::path(get, path = "/v1/operational-webhook", tag = "operational webhook",
     security(("tenant" = [])),
-    responses((status = 200, body = EndpointOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = EndpointOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn get(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
@@ -112,7 +117,10 @@ pub async fn get(
 /// Stop operational notifications.
 #[utoipa::path(delete, path = "/v1/operational-webhook", tag = "operational webhook",
     security(("tenant" = [])),
-    responses((status = 204), (status = "4XX", body = Problem)))]
+    responses((status = 204),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn delete(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,

@@ -78,7 +78,10 @@ pub struct EndpointStatus {
 #[utoipa::path(get, path = "/v1/endpoints/{id}/status", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
-    responses((status = 200, body = EndpointStatus), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = EndpointStatus),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn status(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,

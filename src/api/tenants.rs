@@ -50,7 +50,10 @@ impl From<Tenant> for TenantOut {
 /// Create a tenant; the answer carries its API token, shown once.
 #[utoipa::path(post, path = "/v1/tenants", tag = "tenants", security(("admin" = [])),
     request_body = CreateTenant,
-    responses((status = 201, body = TenantOut), (status = "4XX", body = Problem)))]
+    responses((status = 201, body = TenantOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn create(
     State(state): State<AppState>,
     _: Admin,
@@ -80,7 +83,10 @@ pub async fn create(
 /// List tenants in id order.
 #[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("admin" = [])),
     params(PageQuery),
-    responses((status = 200, body = Page<TenantOut>), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = Page<TenantOut>),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn list(
     State(state): State<AppState>,
     _: Admin,
@@ -95,7 +101,10 @@ pub async fn list(
 /// One tenant.
 #[utoipa::path(get, path = "/v1/tenants/{id}", tag = "tenants", security(("admin" = [])),
     params(("id" = String, Path, description = "`ten_…`")),
-    responses((status = 200, body = TenantOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = TenantOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn get(
     State(state): State<AppState>,
     _: Admin,
@@ -108,7 +117,10 @@ pub async fn get(
 /// Delete a tenant and all of its data (endpoints, messages, deliveries, attempts).
 #[utoipa::path(delete, path = "/v1/tenants/{id}", tag = "tenants", security(("admin" = [])),
     params(("id" = String, Path, description = "`ten_…`")),
-    responses((status = 204), (status = "4XX", body = Problem)))]
+    responses((status = 204),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn delete(
     State(state): State<AppState>,
     _: Admin,
@@ -124,7 +136,10 @@ pub async fn delete(
 #[utoipa::path(post, path = "/v1/tenants/{id}/rotate-token", tag = "tenants",
     security(("admin" = [])),
     params(("id" = String, Path, description = "`ten_…`")),
-    responses((status = 200, body = TenantOut), (status = "4XX", body = Problem)))]
+    responses((status = 200, body = TenantOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
 pub async fn rotate_token(
     State(state): State<AppState>,
     _: Admin,

@@ -4,6 +4,7 @@
 use super::chart::{Line, Panel};
 use super::phase::{HEALTHY, Phase};
 use super::report::{Report, ratio};
+use super::timeline::ms;
 
 /// The quantiles compared, with their names.
 pub const QUANTILES: [(f64, &str); 3] = [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")];
@@ -32,6 +33,17 @@ pub fn healthy_figures(report: &mut Report, base: &Phase, with: &Phase, bad: &st
             ratio(w, b),
             "x",
         );
+    }
+    // Where the time goes: the POST (ingest, group commit) share of the latency.
+    for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+        for (phase, key, label) in [(base, "baseline_", "baseline"), (with, "", bad)] {
+            report.figure(
+                &format!("{key}healthy_ingest_{name}_ms"),
+                &format!("healthy {name} POST→202 (ingest share), {label}"),
+                phase.timeline.ingest_latency(HEALTHY).quantile(q).map(ms),
+                "ms",
+            );
+        }
     }
     report.figure(
         "baseline_healthy_delivered_per_s",

@@ -35,6 +35,7 @@ impl Api {
             r#"{{"event_type":"bench.event","payload":{{"sent_at_us":{},"seq":{seq}}}}}"#,
             now_us()
         );
+        let started = std::time::Instant::now();
         let ok = self
             .http
             .post(&*self.url)
@@ -44,7 +45,7 @@ impl Api {
             .send()
             .await
             .is_ok_and(|r| r.status().is_success());
-        self.timeline.sent(group, ok);
+        self.timeline.sent(group, ok, started.elapsed());
         ok
     }
 

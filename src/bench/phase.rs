@@ -41,8 +41,10 @@ pub enum Bad {
     },
     /// Answers 429 + Retry-After above `capacity` concurrent requests.
     Capped {
-        /// Concurrent requests it serves.
+        /// Concurrent requests it serves at first.
         capacity: usize,
+        /// After this long, it serves only this many at once (its capacity drops).
+        drop_to: Option<(Duration, usize)>,
         /// Time to serve one.
         service: Duration,
         /// Seconds in Retry-After.
@@ -200,6 +202,19 @@ pub async fn run(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
             }
             Bad::None => unreachable!("no bad customer has no token"),
         });
+    }
+    if let (
+        Bad::Capped {
+            drop_to: Some((after, capacity)),
+            ..
+        },
+        Some(BadReceiver::Bench(r)),
+    ) = (spec.bad, &bad_receiver)
+    {
+        watch
+            .until((until - spec.duration + after).min(until))
+            .await;
+        r.set_capacity(capacity);
     }
     watch.until(until).await;
     for p in producers {

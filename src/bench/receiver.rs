@@ -25,7 +25,8 @@ pub enum Mode {
     Fast,
     /// 200 after this long (the latency is recorded on arrival).
     Slow(Duration),
-    /// Serve up to `capacity` requests at once, each taking `service`; answer 429 with
+    /// Serve up to `capacity` requests at once (changeable while running, see
+    /// [`BenchReceiver::set_capacity`]), each taking `service`; answer 429 with
     /// `Retry-After: retry_after_s` to any request beyond that.
     Capped {
         /// Requests it serves at once.
@@ -41,6 +42,7 @@ struct Shared {
     mode: Mode,
     timeline: Arc<Timeline>,
     group: usize,
+    capacity: AtomicUsize,
     in_flight: AtomicUsize,
     peak: AtomicUsize,
 }
@@ -57,6 +59,11 @@ impl BenchReceiver {
     /// Its URL.
     pub fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
+    }
+
+    /// Change how many requests a capped receiver serves at once.
+    pub fn set_capacity(&self, capacity: usize) {
+        self.shared.capacity.store(capacity, Ordering::Relaxed);
     }
 
     /// Most requests it had in flight at once.
@@ -83,6 +90,10 @@ pub async fn start(
         mode,
         timeline,
         group,
+        capacity: AtomicUsize::new(match mode {
+            Mode::Capped { capacity, .. } => capacity,
+            _ => usize::MAX,
+        }),
         in_flight: AtomicUsize::new(0),
         peak: AtomicUsize::new(0),
     });
@@ -118,11 +129,11 @@ async fn handle(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
             StatusCode::OK.into_response()
         }
         Mode::Capped {
-            capacity,
             service,
             retry_after_s,
+            ..
         } => {
-            if now > capacity {
+            if now > s.capacity.load(Ordering::Relaxed) {
                 s.timeline.throttled(s.group);
                 return (
                     StatusCode::TOO_MANY_REQUESTS,

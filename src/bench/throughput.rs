@@ -145,6 +145,15 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             "ms",
         );
     }
+    let ingest = timeline.ingest_latency(0);
+    for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+        report.figure(
+            &format!("ingest_{name}_ms"),
+            &format!("POST→202 {name} (group commit)"),
+            ingest.quantile(q).map(ms),
+            "ms",
+        );
+    }
     report.note(if embedded {
         "producers, receivers and sluice share this process and its 2 cores: the CPU per \
          delivery includes the producers' POSTs and the receivers' handling"

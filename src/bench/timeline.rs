@@ -41,6 +41,8 @@ struct Counters {
     sent: AtomicU64,
     accepted: AtomicU64,
     errors: AtomicU64,
+    /// POST → answer time of accepted messages (the ingest share of the latency).
+    ingest: Mutex<LatencyHistogram>,
 }
 
 /// The per-second record of one bench phase.
@@ -112,12 +114,16 @@ impl Timeline {
         self.with_second(group, |s| s.throttled += 1);
     }
 
-    /// A producer POSTed a message for `group`; `ok` when the API accepted it.
-    pub fn sent(&self, group: usize, ok: bool) {
+    /// A producer POSTed a message for `group`, answered after `took`; `ok` when accepted.
+    pub fn sent(&self, group: usize, ok: bool, took: Duration) {
         let c = &self.counters[group];
         c.sent.fetch_add(1, Ordering::Relaxed);
         if ok {
             c.accepted.fetch_add(1, Ordering::Relaxed);
+            c.ingest
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(took);
         } else {
             c.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -126,6 +132,15 @@ impl Timeline {
     /// Messages the API accepted for `group`.
     pub fn accepted(&self, group: usize) -> u64 {
         self.counters[group].accepted.load(Ordering::Relaxed)
+    }
+
+    /// POST → answer times of the messages accepted for `group`.
+    pub fn ingest_latency(&self, group: usize) -> LatencyHistogram {
+        self.counters[group]
+            .ingest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// POSTs that failed for `group`.
@@ -227,6 +242,10 @@ mod tests {
         t.delivered(0, Some(now_us() - 5_000));
         t.delivered(0, None);
         t.throttled(1);
+        t.sent(0, true, Duration::from_millis(3));
+        t.sent(0, false, Duration::from_millis(1));
+        assert_eq!((t.accepted(0), t.errors(0)), (1, 1));
+        assert_eq!(t.ingest_latency(0).count(), 1);
         assert_eq!(t.delivered_total(0), 2);
         assert_eq!(t.seconds(1)[0].throttled, 1);
         let h = t.latency_from(0, 0);

@@ -49,10 +49,28 @@ pub struct EndpointRuntime {
     pub tenant_id: String,
     /// The bulkhead.
     pub lane: Arc<Lane>,
+    /// Attempts this process held when the current Redis outage began (outage start, count).
+    held_at_outage: Mutex<Option<(Instant, u32)>>,
     state: Mutex<EndpointState>,
 }
 
 impl EndpointRuntime {
+    /// How many attempts this process held when the outage that began at `since` was first
+    /// seen for this endpoint (`held_now` if this is that first look).
+    pub fn held_at_outage(&self, since: Instant, held_now: u32) -> u32 {
+        let mut h = self
+            .held_at_outage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match *h {
+            Some((at, n)) if at == since => n,
+            _ => {
+                *h = Some((since, held_now));
+                held_now
+            }
+        }
+    }
+
     /// Lock the mutable state (never held across an await).
     pub fn state(&self) -> MutexGuard<'_, EndpointState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -153,6 +171,7 @@ impl Endpoints {
             id: endpoint.id.clone(),
             tenant_id: endpoint.tenant_id.clone(),
             lane: Lane::new(),
+            held_at_outage: Mutex::new(None),
             state: Mutex::new(EndpointState {
                 target,
                 enabled: endpoint.enabled,

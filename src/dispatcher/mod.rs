@@ -40,8 +40,8 @@ pub struct Ctx {
     pub clients: Clients,
     /// Live endpoint state.
     pub endpoints: Endpoints,
-    /// Fleet-wide lanes, when Redis is configured.
-    pub fleet: Option<Arc<FleetLanes>>,
+    /// Fleet-wide lanes, when Redis is configured, and this process's view of its outages.
+    pub fleet: (Option<Arc<FleetLanes>>, Mutex<FleetTransitions>),
     /// Global bound on attempts in flight.
     pub attempts: Semaphore,
     /// The current global concurrency bound.
@@ -145,34 +145,114 @@ impl Ctx {
     }
 }
 
-/// Take a fleet-wide slot for the endpoint within the lane deadline; `Ok(None)` when Redis is
-/// unreachable and the local share admits it, `Err(())` to shed.
+/// How a delivery was admitted fleet-wide.
+pub(crate) enum FleetAdmit {
+    /// A slot held in Redis.
+    Slot(FleetSlot),
+    /// Admitted under this process's local share of the allowance (Redis unreachable, or
+    /// recently so).
+    Local,
+}
+
+/// Which rule admits deliveries fleet-wide right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FleetMode {
+    /// Redis answers: a slot in Redis is the admission.
+    Redis,
+    /// Redis just returned: attempts admitted under local shares may still run, unknown to
+    /// Redis, so for one maximum attempt duration a Redis slot AND the local share are needed.
+    Recovering,
+    /// Redis unreachable since this instant, for less than one maximum attempt duration:
+    /// attempts admitted through Redis before the outage may still run, so each process keeps
+    /// at most what it held then (never more than its share).
+    OutageStart(Instant),
+    /// Redis unreachable for longer: each process admits up to its local share.
+    Local,
+}
+
+/// Transitions of the fleet mode, per process.
+#[derive(Debug, Default)]
+pub struct FleetTransitions {
+    degraded_since: Option<Instant>,
+    recovered_at: Option<Instant>,
+}
+
+impl Ctx {
+    fn fleet_mode(&self, fleet: &FleetLanes) -> FleetMode {
+        let hold = self.settings.timeout_caps.total;
+        let mut t = self.fleet.1.lock().unwrap_or_else(|p| p.into_inner());
+        if fleet.is_degraded() {
+            t.recovered_at = None;
+            let since = *t.degraded_since.get_or_insert_with(Instant::now);
+            return if since.elapsed() < hold {
+                FleetMode::OutageStart(since)
+            } else {
+                FleetMode::Local
+            };
+        }
+        if t.degraded_since.take().is_some() {
+            t.recovered_at = Some(Instant::now());
+        }
+        if t.recovered_at.is_some_and(|at| at.elapsed() < hold) {
+            FleetMode::Recovering
+        } else {
+            FleetMode::Redis
+        }
+    }
+}
+
+/// Take a fleet-wide slot for the endpoint within the lane deadline, or `Err(())` to shed.
+///
+/// The allowance holds across the fleet through Redis outages and recoveries: see
+/// [`FleetMode`] for the rule in force at each stage. The endpoint's own lane slot is already
+/// held (and counted in `in_use`) when this runs.
 pub(crate) async fn fleet_slot(
     ctx: &Ctx,
     fleet: &FleetLanes,
     endpoint: &EndpointRuntime,
     concurrency: u32,
-) -> Result<Option<FleetSlot>, ()> {
+) -> Result<FleetAdmit, ()> {
     let until = Instant::now() + ctx.settings.lane_deadline;
     loop {
         let allowance = endpoint.state().effective_lane(&ctx.settings, concurrency);
-        match fleet.try_acquire(&endpoint.id, allowance).await {
-            FleetAcquire::Acquired(slot) => return Ok(Some(slot)),
-            FleetAcquire::Unavailable => {
-                // Our local lane slot is already counted in in_use().
-                return if endpoint.lane.in_use() <= fleet.local_share(allowance) {
-                    Ok(None)
-                } else {
-                    Err(())
-                };
+        let in_use = endpoint.lane.in_use();
+        let share = fleet.local_share(allowance);
+        let admitted = match ctx.fleet_mode(fleet) {
+            FleetMode::Redis => try_redis(fleet, endpoint, allowance).await,
+            FleetMode::Recovering if in_use <= share => try_redis(fleet, endpoint, allowance).await,
+            FleetMode::Recovering => None,
+            FleetMode::OutageStart(since) => {
+                let held = endpoint.held_at_outage(since, in_use.saturating_sub(1));
+                (in_use <= share.min(held)).then_some(FleetAdmit::Local)
             }
-            FleetAcquire::Full => {
-                if Instant::now() + Duration::from_millis(20) >= until {
-                    return Err(());
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            FleetMode::Local => (in_use <= share).then_some(FleetAdmit::Local),
+        };
+        if let Some(admit) = admitted {
+            return Ok(admit);
         }
+        if Instant::now() + Duration::from_millis(20) >= until {
+            return Err(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn try_redis(
+    fleet: &FleetLanes,
+    endpoint: &EndpointRuntime,
+    allowance: u32,
+) -> Option<FleetAdmit> {
+    match fleet.try_acquire(&endpoint.id, allowance).await {
+        FleetAcquire::Acquired(slot) => Some(FleetAdmit::Slot(slot)),
+        // Unavailable flips the fleet to degraded: the next pass applies the outage rule.
+        FleetAcquire::Unavailable | FleetAcquire::Full => None,
+    }
+}
+
+/// Give back what [`fleet_slot`] took.
+pub(crate) async fn fleet_release(fleet: &FleetLanes, admit: FleetAdmit) {
+    if let FleetAdmit::Slot(slot) = admit {
+        fleet.release(slot).await;
     }
 }
 
@@ -213,7 +293,7 @@ impl Dispatcher {
             endpoints: Endpoints::new(store.clone(), settings.clone()),
             store,
             metrics,
-            fleet,
+            fleet: (fleet, Mutex::new(FleetTransitions::default())),
             attempts: Semaphore::new(concurrency as usize),
             concurrency: AtomicU32::new(concurrency),
             outstanding: AtomicUsize::new(0),
@@ -284,7 +364,7 @@ impl Dispatcher {
             ctx.capacity_freed(Duration::from_millis(50)).await;
         }
         settler.abort();
-        if let Some(fleet) = &ctx.fleet {
+        if let Some(fleet) = &ctx.fleet.0 {
             fleet.leave().await;
         }
         DrainReport {

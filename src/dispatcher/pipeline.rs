@@ -105,9 +105,9 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
             return requeue(ctx, d, Some(&endpoint), Held::Shed);
         }
     };
-    let fleet_slot = match &ctx.fleet {
+    let fleet_slot = match &ctx.fleet.0 {
         Some(fleet) => match super::fleet_slot(ctx, fleet, &endpoint, concurrency).await {
-            Ok(slot) => slot,
+            Ok(admit) => Some(admit),
             Err(()) => {
                 let mut s = endpoint.state();
                 s.window.record_shed(Instant::now());
@@ -123,8 +123,8 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
     };
     if ctx.is_draining() {
         drop(slot);
-        if let (Some(fleet), Some(fs)) = (&ctx.fleet, fleet_slot) {
-            fleet.release(fs).await;
+        if let (Some(fleet), Some(admit)) = (&ctx.fleet.0, fleet_slot) {
+            super::fleet_release(fleet, admit).await;
         }
         return settlement(d, SettleOutcome::Release, None);
     }
@@ -137,8 +137,8 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
     ctx.metrics.in_flight.dec();
     drop(_permit);
     drop(slot);
-    if let (Some(fleet), Some(fs)) = (&ctx.fleet, fleet_slot) {
-        fleet.release(fs).await;
+    if let (Some(fleet), Some(admit)) = (&ctx.fleet.0, fleet_slot) {
+        super::fleet_release(fleet, admit).await;
     }
     settle_attempt(ctx, d, &endpoint, report).await
 }

@@ -54,6 +54,9 @@ pub struct Measurements {
     pub attempts: f64,
     /// Attempts per second, including retries.
     pub arrival_rate_per_s: f64,
+    /// Change of the ready + leased backlog per second (`sluice_queue_depth`); positive when
+    /// arrivals outrun completions, which then under-count the offered load.
+    pub backlog_growth_per_s: Option<f64>,
     /// Mean service time, seconds.
     pub mean_service_s: Option<f64>,
     /// Median service time, seconds.
@@ -120,7 +123,9 @@ pub struct PlanReport {
     pub measured: Measurements,
     /// The objective the pool was sized for.
     pub target: WaitTarget,
-    /// Offered load in erlangs: arrival rate × mean service time (mean busy workers).
+    /// Rate sized for: attempts per second plus any backlog growth.
+    pub offered_rate_per_s: f64,
+    /// Offered load in erlangs: offered rate × mean service time (mean busy workers).
     pub offered_load_erlangs: f64,
     /// Smallest Erlang C pool meeting the target.
     pub recommended_concurrency: u32,
@@ -213,11 +218,21 @@ pub fn from_scrapes(before: &Scrape, after: &Scrape, elapsed_s: f64) -> Measurem
             offered_per_s: n / elapsed_s,
         })
         .collect();
+    let backlog = |scrape: &Scrape| {
+        let depth = scrape.by_label("sluice_queue_depth", "state");
+        let pending = ["ready", "leased"].map(|k| depth.get(k).copied());
+        pending[0].map(|ready| ready + pending[1].unwrap_or(0.0))
+    };
+    let backlog_growth_per_s = match (backlog(before), backlog(after)) {
+        (Some(b), Some(a)) => Some((a - b) / elapsed_s),
+        _ => None,
+    };
     let mut m = Measurements {
         source: "metrics".to_owned(),
         interval_s: elapsed_s,
         attempts,
         arrival_rate_per_s: attempts / elapsed_s,
+        backlog_growth_per_s,
         mean_service_s: service.as_ref().and_then(|h| h.mean()),
         p50_service_s: service.as_ref().and_then(|h| h.quantile(0.5)),
         p95_service_s: service.as_ref().and_then(|h| h.quantile(0.95)),
@@ -255,8 +270,19 @@ pub fn plan(m: &Measurements, options: &PlanOptions) -> Result<PlanReport, SizeE
         );
     }
     let service_s = mean.unwrap_or(1.0);
+    let growth = m
+        .backlog_growth_per_s
+        .filter(|g| g.is_finite())
+        .unwrap_or(0.0);
+    let offered_rate = m.arrival_rate_per_s.max(0.0) + growth.max(0.0);
+    if growth > 0.1 && growth > 0.05 * m.arrival_rate_per_s {
+        warnings.push(format!(
+            "the backlog grew by {growth:.1}/s: completed attempts under-count arrivals, so the \
+             plan sizes for {offered_rate:.1}/s (completed + growth)"
+        ));
+    }
     let load = if mean.is_some() {
-        m.arrival_rate_per_s.max(0.0) * service_s
+        offered_rate * service_s
     } else {
         0.0
     };
@@ -292,8 +318,8 @@ pub fn plan(m: &Measurements, options: &PlanOptions) -> Result<PlanReport, SizeE
         .collect();
     if !clamped.is_empty() {
         warnings.push(format!(
-            "{} endpoint(s) need more than the fairness ceiling of {ceiling}: {}; they will shed \
-             rather than take the pool",
+            "{} endpoint(s) need more than the fairness ceiling of {ceiling}: {}; capped, they \
+             shed rather than take the pool (cap them if slow; if healthy, raise --lane-share)",
             clamped.len(),
             clamped.join(", ")
         ));
@@ -316,6 +342,7 @@ pub fn plan(m: &Measurements, options: &PlanOptions) -> Result<PlanReport, SizeE
     Ok(PlanReport {
         measured: m.clone(),
         target: options.target,
+        offered_rate_per_s: offered_rate,
         offered_load_erlangs: load,
         recommended_concurrency: concurrency,
         utilisation: load / f64::from(concurrency),

@@ -156,6 +156,7 @@ pub fn summarise(
         interval_s: window_s,
         attempts: all.len() as f64,
         arrival_rate_per_s: all.len() as f64 / window_s,
+        backlog_growth_per_s: None,
         mean_service_s: mean(&all),
         p50_service_s: nearest_rank(&all, 0.5),
         p95_service_s: nearest_rank(&all, 0.95),
@@ -199,4 +200,28 @@ fn mean(samples: &[f64]) -> Option<f64> {
 fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
     let n = sorted.len();
     (n > 0).then(|| sorted[((q * n as f64) as usize).min(n - 1)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summarise_counts_attempts_per_endpoint_and_host() {
+        let durations = BTreeMap::from([
+            ("ep_a".to_owned(), vec![0.1, 0.2, 0.3, 4.0]),
+            ("ep_b".to_owned(), vec![1.0]),
+        ]);
+        let hosts = BTreeMap::from([("ep_a".to_owned(), "a.example".to_owned())]);
+        let m = summarise(&durations, &hosts, 10.0, Some(3.0));
+        assert_eq!(m.attempts, 5.0);
+        assert_eq!(m.arrival_rate_per_s, 0.5);
+        assert!((m.mean_service_s.expect("mean") - 1.12).abs() < 1e-9);
+        assert_eq!(m.p50_service_s, Some(0.3));
+        assert_eq!(m.endpoints[0].endpoint, "ep_a");
+        assert_eq!(m.endpoints[0].latency_s, Some(4.0));
+        assert_eq!(m.hosts.len(), 1);
+        assert_eq!(m.oldest_ready_age_s, Some(3.0));
+        assert_eq!(nearest_rank(&[], 0.5), None);
+    }
 }

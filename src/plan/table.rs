@@ -66,6 +66,12 @@ impl fmt::Display for PlanReport {
                 ),
             ],
         ];
+        if let Some(growth) = m.backlog_growth_per_s {
+            rows.push(vec![
+                "backlog growth (ready + leased)".to_owned(),
+                format!("{growth:+.1}/s"),
+            ]);
+        }
         if let Some(current) = m.current_concurrency {
             let util = self
                 .current_utilisation
@@ -94,6 +100,10 @@ impl fmt::Display for PlanReport {
         columns(
             f,
             &[
+                vec![
+                    "offered rate".to_owned(),
+                    format!("{}/s", format_rate(self.offered_rate_per_s)),
+                ],
                 vec![
                     "offered load".to_owned(),
                     format!("{:.1} erlangs (busy workers)", self.offered_load_erlangs),

@@ -1,0 +1,174 @@
+//! Three dispatcher processes sharing PostgreSQL and Redis respect one lane: a slow receiver
+//! never sees more concurrent requests than the endpoint's lane. Redis stopped mid-run: still
+//! bounded by the local shares, nothing lost; started again: back to fleet lanes.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+use sluice::receivers::{self, Behavior};
+use support::{ADMIN, eventually};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Killed(Vec<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn redis_server(port: u16) -> Option<Child> {
+    Command::new(std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+fn sluice(db: &str, redis: &str, role: &str, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--role",
+            role,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            db,
+            "--redis-url",
+            redis,
+            "--allow-network",
+            "127.0.0.0/8",
+            "--concurrency",
+            "64",
+        ])
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .env("SLUICE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sluice")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_dispatchers_share_one_lane_through_redis_outages() {
+    let Some(db) = support::fresh_postgres().await else {
+        return;
+    };
+    let redis_port = free_port();
+    let Some(redis) = redis_server(redis_port) else {
+        assert!(!support::services_required(), "redis-server is required");
+        eprintln!("SKIPPED: redis-server not found");
+        return;
+    };
+    let mut guard = Killed(vec![redis]);
+    let redis_url = format!("redis://127.0.0.1:{redis_port}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let rx = receivers::start(Behavior::Slow(Duration::from_millis(300)), true)
+        .await
+        .unwrap();
+    let api_port = free_port();
+    let base = format!("http://127.0.0.1:{api_port}");
+    guard.0.push(sluice(&db, &redis_url, "all", api_port));
+    let http = support::http();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            http.get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await
+    );
+    guard.0.push(sluice(&db, &redis_url, "dispatcher", free_port()));
+    guard.0.push(sluice(&db, &redis_url, "dispatcher", free_port()));
+
+    let post = |token: String, path: &'static str, body: serde_json::Value| {
+        let http = http.clone();
+        let base = base.clone();
+        async move {
+            let r = http
+                .post(format!("{base}{path}"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let tenant = post(ADMIN.into(), "/v1/tenants", json!({"name": "fleet"})).await;
+    let token = tenant["token"].as_str().unwrap().to_owned();
+    post(
+        token.clone(),
+        "/v1/endpoints",
+        json!({"url": rx.url(), "lane_size": 3}),
+    )
+    .await;
+    // Let every dispatcher register its heartbeat so the local share is known.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut ids = Vec::new();
+    for i in 0..90 {
+        let m = post(
+            token.clone(),
+            "/v1/messages",
+            json!({"event_type": "e", "payload": {"i": i}}),
+        )
+        .await;
+        ids.push(m["id"].as_str().unwrap().to_owned());
+    }
+    assert!(eventually(Duration::from_secs(60), || async { rx.record.requests() >= 20 }).await);
+    // Stop Redis mid-run.
+    let peak_before = rx.record.reset_peak();
+    let mut redis = guard.0.remove(0);
+    redis.kill().unwrap();
+    redis.wait().unwrap();
+    let at_outage = rx.record.requests();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            rx.record.requests() >= at_outage + 15
+        })
+        .await,
+        "delivery stopped while Redis was down"
+    );
+    let peak_outage = rx.record.reset_peak();
+    // Start it again on the same port.
+    guard.0.insert(0, redis_server(redis_port).unwrap());
+    let all = eventually(Duration::from_secs(120), || async {
+        let got = rx.record.distinct_ids();
+        ids.iter().all(|id| got.contains(id))
+    })
+    .await;
+    assert!(all, "lost deliveries: {} of {}", rx.record.distinct_ids().len(), ids.len());
+    let peak_after = rx.record.peak_concurrency();
+    assert!(
+        peak_before <= 3 && peak_outage <= 3 && peak_after <= 3,
+        "three processes together exceeded the lane of 3: peaks before {peak_before}, \
+         during the outage {peak_outage}, after {peak_after}"
+    );
+}
