@@ -19,7 +19,10 @@ fn main() -> ExitCode {
 }
 
 fn with_runtime(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -46,7 +49,9 @@ fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

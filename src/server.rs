@@ -76,7 +76,8 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let fleet = match &config.redis_url {
         Some(url) if config.role.runs_dispatcher() => {
             let settings = FleetSettings {
-                slot_ttl: config.dispatch.timeout_caps.total + config.dispatch.lane_deadline
+                slot_ttl: config.dispatch.timeout_caps.total
+                    + config.dispatch.lane_deadline
                     + std::time::Duration::from_secs(5),
                 ..FleetSettings::default()
             };
@@ -99,12 +100,13 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let ctx = dispatcher.as_ref().map(Dispatcher::ctx);
 
     let (listener, addr) = if config.role.runs_api() {
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| ServerError::Bind {
-                addr: config.listen,
-                source,
-            })?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| ServerError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
         let addr = listener.local_addr().ok();
         (Some(listener), addr)
     } else {

@@ -104,8 +104,12 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
         })
         .await
     );
-    guard.0.push(sluice(&db, &redis_url, "dispatcher", free_port()));
-    guard.0.push(sluice(&db, &redis_url, "dispatcher", free_port()));
+    guard
+        .0
+        .push(sluice(&db, &redis_url, "dispatcher", free_port()));
+    guard
+        .0
+        .push(sluice(&db, &redis_url, "dispatcher", free_port()));
 
     let post = |token: String, path: &'static str, body: serde_json::Value| {
         let http = http.clone();
@@ -142,7 +146,12 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
         .await;
         ids.push(m["id"].as_str().unwrap().to_owned());
     }
-    assert!(eventually(Duration::from_secs(60), || async { rx.record.requests() >= 20 }).await);
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            rx.record.requests() >= 20
+        })
+        .await
+    );
     // Stop Redis mid-run.
     let peak_before = rx.record.reset_peak();
     let mut redis = guard.0.remove(0);
@@ -164,7 +173,12 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
         ids.iter().all(|id| got.contains(id))
     })
     .await;
-    assert!(all, "lost deliveries: {} of {}", rx.record.distinct_ids().len(), ids.len());
+    assert!(
+        all,
+        "lost deliveries: {} of {}",
+        rx.record.distinct_ids().len(),
+        ids.len()
+    );
     let peak_after = rx.record.peak_concurrency();
     assert!(
         peak_before <= 3 && peak_outage <= 3 && peak_after <= 3,
