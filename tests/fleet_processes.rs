@@ -134,8 +134,8 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
         json!({"url": rx.url(), "lane_size": 3}),
     )
     .await;
-    // Let every dispatcher register its heartbeat so the local share is known.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Let every dispatcher see the others' heartbeats (every 5 s) so the local share is known.
+    tokio::time::sleep(Duration::from_secs(6)).await;
     let mut ids = Vec::new();
     for i in 0..90 {
         let m = post(

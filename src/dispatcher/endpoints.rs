@@ -49,12 +49,36 @@ pub struct EndpointRuntime {
     pub tenant_id: String,
     /// The bulkhead.
     pub lane: Arc<Lane>,
+    /// Attempts this process has in flight to the endpoint under fleet admission.
+    attempts_in_flight: std::sync::atomic::AtomicU32,
     /// Attempts this process held when the current Redis outage began (outage start, count).
     held_at_outage: Mutex<Option<(Instant, u32)>>,
     state: Mutex<EndpointState>,
 }
 
 impl EndpointRuntime {
+    /// Attempts in flight to this endpoint under fleet admission.
+    pub fn attempts_in_flight(&self) -> u32 {
+        self.attempts_in_flight
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Count one more attempt in flight if fewer than `limit` are; atomically.
+    pub fn try_reserve(&self, limit: u32) -> bool {
+        use std::sync::atomic::Ordering;
+        self.attempts_in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// One attempt counted by [`try_reserve`](Self::try_reserve) finished.
+    pub fn unreserve(&self) {
+        self.attempts_in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     /// How many attempts this process held when the outage that began at `since` was first
     /// seen for this endpoint (`held_now` if this is that first look).
     pub fn held_at_outage(&self, since: Instant, held_now: u32) -> u32 {
@@ -172,6 +196,7 @@ impl Endpoints {
             tenant_id: endpoint.tenant_id.clone(),
             lane: Lane::new(),
             held_at_outage: Mutex::new(None),
+            attempts_in_flight: std::sync::atomic::AtomicU32::new(0),
             state: Mutex::new(EndpointState {
                 target,
                 enabled: endpoint.enabled,

@@ -205,7 +205,7 @@ impl Ctx {
 ///
 /// The allowance holds across the fleet through Redis outages and recoveries: see
 /// [`FleetMode`] for the rule in force at each stage. The endpoint's own lane slot is already
-/// held (and counted in `in_use`) when this runs.
+/// held when this runs; fleet admissions are counted per endpoint in `attempts_in_flight`.
 pub(crate) async fn fleet_slot(
     ctx: &Ctx,
     fleet: &FleetLanes,
@@ -215,17 +215,37 @@ pub(crate) async fn fleet_slot(
     let until = Instant::now() + ctx.settings.lane_deadline;
     loop {
         let allowance = endpoint.state().effective_lane(&ctx.settings, concurrency);
-        let in_use = endpoint.lane.in_use();
         let share = fleet.local_share(allowance);
         let admitted = match ctx.fleet_mode(fleet) {
-            FleetMode::Redis => try_redis(fleet, endpoint, allowance).await,
-            FleetMode::Recovering if in_use <= share => try_redis(fleet, endpoint, allowance).await,
-            FleetMode::Recovering => None,
-            FleetMode::OutageStart(since) => {
-                let held = endpoint.held_at_outage(since, in_use.saturating_sub(1));
-                (in_use <= share.min(held)).then_some(FleetAdmit::Local)
+            FleetMode::Redis => {
+                if endpoint.try_reserve(u32::MAX) {
+                    let admit = try_redis(fleet, endpoint, allowance).await;
+                    if admit.is_none() {
+                        endpoint.unreserve();
+                    }
+                    admit
+                } else {
+                    None
+                }
             }
-            FleetMode::Local => (in_use <= share).then_some(FleetAdmit::Local),
+            FleetMode::Recovering => {
+                if endpoint.try_reserve(share) {
+                    let admit = try_redis(fleet, endpoint, allowance).await;
+                    if admit.is_none() {
+                        endpoint.unreserve();
+                    }
+                    admit
+                } else {
+                    None
+                }
+            }
+            FleetMode::OutageStart(since) => {
+                let held = endpoint.held_at_outage(since, endpoint.attempts_in_flight());
+                endpoint
+                    .try_reserve(share.min(held))
+                    .then_some(FleetAdmit::Local)
+            }
+            FleetMode::Local => endpoint.try_reserve(share).then_some(FleetAdmit::Local),
         };
         if let Some(admit) = admitted {
             return Ok(admit);
@@ -250,7 +270,12 @@ async fn try_redis(
 }
 
 /// Give back what [`fleet_slot`] took.
-pub(crate) async fn fleet_release(fleet: &FleetLanes, admit: FleetAdmit) {
+pub(crate) async fn fleet_release(
+    fleet: &FleetLanes,
+    endpoint: &EndpointRuntime,
+    admit: FleetAdmit,
+) {
+    endpoint.unreserve();
     if let FleetAdmit::Slot(slot) = admit {
         fleet.release(slot).await;
     }

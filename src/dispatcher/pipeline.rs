@@ -124,7 +124,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
     if ctx.is_draining() {
         drop(slot);
         if let (Some(fleet), Some(admit)) = (&ctx.fleet.0, fleet_slot) {
-            super::fleet_release(fleet, admit).await;
+            super::fleet_release(fleet, &endpoint, admit).await;
         }
         return settlement(d, SettleOutcome::Release, None);
     }
@@ -138,7 +138,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
     drop(_permit);
     drop(slot);
     if let (Some(fleet), Some(admit)) = (&ctx.fleet.0, fleet_slot) {
-        super::fleet_release(fleet, admit).await;
+        super::fleet_release(fleet, &endpoint, admit).await;
     }
     settle_attempt(ctx, d, &endpoint, report).await
 }
