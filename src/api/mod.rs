@@ -15,6 +15,7 @@ pub mod openapi;
 mod ops;
 pub mod ops_webhooks;
 mod page;
+mod scale;
 mod status;
 mod tenants;
 mod views;
@@ -132,6 +133,7 @@ fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(deliveries::attempts))
         .routes(routes!(deliveries::replay_one))
         .routes(routes!(deliveries::dead_letters))
+        .routes(routes!(scale::get))
         .routes(routes!(
             ops_webhooks::put,
             ops_webhooks::get,

@@ -48,6 +48,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 async fn refresh_gauges(state: &AppState) {
     let m = &state.metrics;
     if let Ok(stats) = state.store.queue_stats(crate::clock::now_ms()).await {
+        let signal = super::scale::signal_from(state, &stats, None);
+        m.desired_replicas.set(i64::from(signal.desired_replicas));
         for (name, n) in [
             ("ready", stats.ready),
             ("leased", stats.leased),

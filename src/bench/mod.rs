@@ -112,7 +112,7 @@ pub struct BenchArgs {
     /// Events per second sent to the slow, dead or throttling endpoint.
     #[arg(long)]
     pub bad_rate: Option<f64>,
-    /// slow-consumer: how long the slow endpoint takes to answer, milliseconds.
+    /// How long the slow endpoint (slow-consumer) or the noisy one (flood) takes to answer, ms.
     #[arg(long)]
     pub slow_ms: Option<u64>,
     /// Concurrent producers (throughput, and the flooding tenant).

@@ -54,12 +54,15 @@ pub enum Bad {
         /// Lane override, so the governor (not the lane) is what binds.
         lane: u32,
     },
-    /// Enqueues `backlog` events as fast as `producers` POSTs allow (fast receiver).
+    /// Enqueues `backlog` events as fast as `producers` POSTs allow; its endpoint answers after
+    /// `service`, so the backlog outgrows what its lane drains and waits in the store.
     Flood {
         /// Events to enqueue.
         backlog: u64,
         /// Concurrent producers.
         producers: usize,
+        /// Response time of the noisy tenant's endpoint.
+        service: Duration,
     },
 }
 
@@ -160,8 +163,8 @@ pub async fn run(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
             )
             .await?,
         )),
-        Bad::Flood { .. } => Some(BadReceiver::Bench(
-            receiver::start(Mode::Fast, timeline.clone(), BAD).await?,
+        Bad::Flood { service, .. } => Some(BadReceiver::Bench(
+            receiver::start(Mode::Slow(service), timeline.clone(), BAD).await?,
         )),
     };
     let lane = match spec.bad {
@@ -197,9 +200,9 @@ pub async fn run(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
             Bad::Slow { rate, .. } | Bad::Blackhole { rate } | Bad::Capped { rate, .. } => {
                 api.open_loop(token.clone(), BAD, rate, until)
             }
-            Bad::Flood { backlog, producers } => {
-                api.closed_loop(vec![token.clone()], BAD, producers, until, Some(backlog))
-            }
+            Bad::Flood {
+                backlog, producers, ..
+            } => api.closed_loop(vec![token.clone()], BAD, producers, until, Some(backlog)),
             Bad::None => unreachable!("no bad customer has no token"),
         });
     }

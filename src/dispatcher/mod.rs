@@ -121,6 +121,7 @@ impl Ctx {
                 leased_at,
                 endpoint_id: d.endpoint_id,
                 tenant_id: d.tenant_id,
+                message_id: d.message_id,
             })
             .await;
         });
@@ -381,6 +382,7 @@ impl Dispatcher {
                 leased_at: Instant::now(),
                 endpoint_id: String::new(),
                 tenant_id: String::new(),
+                message_id: String::new(),
             })
             .await;
         }

@@ -13,6 +13,7 @@ use super::Ctx;
 use super::endpoints::EndpointRuntime;
 use crate::admission::breaker::Admission;
 use crate::admission::governor::{self, Observation};
+use crate::api::ops_webhooks;
 use crate::delivery::{self, Report};
 use crate::metrics::{HeldLabel, HostLabel, Metrics, PhaseLabel};
 use crate::store::{AttemptRecord, Claimed, EndpointEvent, SettleOutcome, Settlement, StoreError};
@@ -302,6 +303,13 @@ async fn disable(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, reason: &str) 
     endpoint.state().enabled = false;
     tracing::info!(endpoint = %endpoint.id, reason, "endpoint disabled");
     record_event(ctx, endpoint, "disabled", reason).await;
+    ops_webhooks::notify(
+        &ctx.store,
+        &endpoint.tenant_id,
+        ops_webhooks::ENDPOINT_DISABLED,
+        ops_webhooks::disabled_payload(&endpoint.id, reason),
+    )
+    .await;
 }
 
 async fn record_event(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, kind: &str, detail: &str) {

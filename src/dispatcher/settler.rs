@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Ctx;
+use crate::api::ops_webhooks;
 use crate::metrics::{Metrics, PhaseLabel};
 use crate::store::{SettleOutcome, Settlement};
 
@@ -26,6 +27,8 @@ pub struct SettleItem {
     pub endpoint_id: String,
     /// Tenant id.
     pub tenant_id: String,
+    /// Message id (for dead-letter notices).
+    pub message_id: String,
 }
 
 /// Write settlements until the channel closes.
@@ -44,9 +47,13 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
         batch.extend(items.iter().map(|i| i.settlement.clone()));
         let started = Instant::now();
         let mut backoff = Duration::from_millis(100);
+        let mut applied = Vec::new();
         loop {
             match ctx.store.settle(&batch, crate::clock::now_ms()).await {
-                Ok(_) => break,
+                Ok(ids) => {
+                    applied = ids;
+                    break;
+                }
                 Err(e) => {
                     if started.elapsed() + backoff >= ctx.settings.lease_ttl {
                         tracing::error!(error = %e, n = batch.len(),
@@ -67,10 +74,28 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
         for item in &items {
             m.service_seconds
                 .observe(item.leased_at.elapsed().as_secs_f64());
-            if matches!(item.settlement.outcome, SettleOutcome::Dead { .. }) {
+            if let SettleOutcome::Dead { reason } = &item.settlement.outcome
+                && applied.contains(&item.settlement.delivery_id)
+            {
                 m.dead_letters
                     .get_or_create(&Metrics::endpoint(&item.endpoint_id))
                     .inc();
+                let payload = ops_webhooks::dead_letter_payload(
+                    &item.endpoint_id,
+                    &item.message_id,
+                    item.settlement.delivery_id,
+                    reason,
+                );
+                let (store, tenant) = (ctx.store.clone(), item.tenant_id.clone());
+                tokio::spawn(async move {
+                    ops_webhooks::notify(
+                        &store,
+                        &tenant,
+                        ops_webhooks::MESSAGE_DEAD_LETTERED,
+                        payload,
+                    )
+                    .await;
+                });
             }
         }
         ctx.settled(items.len());

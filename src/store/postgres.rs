@@ -28,6 +28,8 @@ pub(crate) const WORK_CHANNEL: &str = "sluice_work";
 pub struct PostgresStore {
     pool: Pool,
     signal: Arc<Notify>,
+    /// Asks the announcer task for a `NOTIFY` after an enqueue commits (see `announce`).
+    announce: tokio::sync::mpsc::Sender<()>,
 }
 
 impl PostgresStore {
@@ -50,9 +52,12 @@ impl PostgresStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Database(e.to_string()))?;
+        let (announce_tx, announce_rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(announce(pool.clone(), announce_rx));
         let store = Self {
             pool,
             signal: Arc::new(Notify::new()),
+            announce: announce_tx,
         };
         store.migrate().await?;
         tokio::spawn(listen(config, store.signal.clone()));
@@ -102,6 +107,25 @@ impl PostgresStore {
             .map_err(pg)?;
         }
         tx.commit().await.map_err(pg)
+    }
+}
+
+/// Send `NOTIFY` for enqueues that have committed, one at a time, coalescing requests that
+/// arrive meanwhile (the channel holds one pending request).
+///
+/// Not inside the enqueue transaction: PostgreSQL serialises the commits of all transactions
+/// that notify (a global lock held through the commit's WAL flush), which turned concurrent
+/// enqueues into one fsync each in turn, about 4x slower at 32 producers. Ends when the store
+/// is dropped.
+async fn announce(pool: Pool, mut requests: tokio::sync::mpsc::Receiver<()>) {
+    while requests.recv().await.is_some() {
+        let sent = match pool.get().await {
+            Ok(client) => queries::notify(&client).await,
+            Err(e) => Err(StoreError::Unavailable(e.to_string())),
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "postgres: cannot announce new work");
+        }
     }
 }
 
@@ -263,10 +287,13 @@ impl Store for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
         let result = queries::enqueue(&tx, messages, now_ms).await?;
-        if result.iter().any(|e| e.deliveries > 0) {
-            queries::notify(&tx).await?;
-        }
         tx.commit().await.map_err(pg)?;
+        if result.iter().any(|e| e.deliveries > 0) {
+            // Wake local dispatchers now and other processes through NOTIFY; a request already
+            // pending covers this commit too.
+            self.signal.notify_one();
+            let _ = self.announce.try_send(());
+        }
         Ok(result)
     }
 

@@ -39,6 +39,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/deliveries/{id}/attempts"),
     ("post", "/v1/deliveries/{id}/replay"),
     ("get", "/v1/dead-letters"),
+    ("get", "/v1/scale"),
     ("put", "/v1/operational-webhook"),
     ("get", "/v1/operational-webhook"),
     ("delete", "/v1/operational-webhook"),
