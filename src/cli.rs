@@ -24,6 +24,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Create or upgrade the database schema, then exit.
     Migrate(ServeArgs),
+    /// Run a receiver that prints each webhook and verifies its signature (for trying sluice).
+    Receive(ReceiveArgs),
     /// Size a worker pool: Little's Law, square-root staffing, Erlang C, process layout.
     Size(SizeArgs),
     /// Plan the pool from live measurements of a running sluice (its /metrics and/or its store).
@@ -76,4 +78,15 @@ pub struct SizeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `sluice receive`.
+#[derive(Debug, Args)]
+pub struct ReceiveArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    pub listen: std::net::SocketAddr,
+    /// The endpoint's signing secret (`whsec_…`) to verify signatures with.
+    #[arg(long, env = "SLUICE_RECEIVE_SECRET")]
+    pub secret: Option<String>,
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use sluice::cli::{Cli, Command, ServeArgs, SizeArgs};
+use sluice::cli::{Cli, Command, ReceiveArgs, ServeArgs, SizeArgs};
 use sluice::config::{Config, RawSettings};
 use sluice::sizing::{SizeRequest, Surge, WaitTarget};
 
@@ -11,6 +11,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Size(args) => size(args),
+        Command::Receive(args) => with_runtime(receive(args)),
         Command::Plan(args) => with_runtime(sluice::plan::run(args)),
         Command::Bench(args) => with_runtime(sluice::bench::run(args)),
         Command::Serve(args) => with_runtime(serve(args, false)),
@@ -166,4 +167,15 @@ fn size(args: SizeArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+async fn receive(args: ReceiveArgs) -> anyhow::Result<()> {
+    let secret = args
+        .secret
+        .as_deref()
+        .map(sluice::signing::Secret::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
+    sluice::receivers::print_forever(args.listen, secret).await?;
+    Ok(())
 }

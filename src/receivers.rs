@@ -259,3 +259,48 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
         Behavior::Oversized(n) => (StatusCode::OK, "x".repeat(*n)).into_response(),
     }
 }
+
+/// `sluice receive`: a receiver that prints each webhook and whether its signature verifies
+/// against `secret` (Standard Webhooks, ±5 minutes of clock skew), answering 204.
+pub async fn print_forever(
+    addr: SocketAddr,
+    secret: Option<crate::signing::Secret>,
+) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    println!("receiving webhooks on http://{}/", listener.local_addr()?);
+    let secret = Arc::new(secret);
+    let app = Router::new().fallback(any(move |headers: HeaderMap, body: Bytes| {
+        let secret = secret.clone();
+        async move {
+            let get = |name: &str| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let (id, ts, sig) = (
+                get("webhook-id"),
+                get("webhook-timestamp"),
+                get("webhook-signature"),
+            );
+            let verdict = match (secret.as_ref(), ts.parse::<i64>()) {
+                (Some(secret), Ok(ts)) => {
+                    let skew = (crate::clock::now_ms() / 1000 - ts).abs();
+                    if skew > 300 {
+                        "signature timestamp too old".to_owned()
+                    } else if crate::signing::verify(secret, &id, ts, &body, &sig) {
+                        "signature verified".to_owned()
+                    } else {
+                        "SIGNATURE INVALID".to_owned()
+                    }
+                }
+                (Some(_), Err(_)) => "no webhook-timestamp".to_owned(),
+                (None, _) => "signature not checked (no --secret)".to_owned(),
+            };
+            println!("{id} {}: {}", verdict, String::from_utf8_lossy(&body));
+            StatusCode::NO_CONTENT
+        }
+    }));
+    axum::serve(listener, app).await
+}

@@ -32,11 +32,32 @@ fn service(var: &str, what: &str) -> Option<String> {
 /// A fresh, empty PostgreSQL database for one test, or None (skip) without a server.
 pub async fn fresh_postgres() -> Option<String> {
     let base = service("SLUICE_TEST_DATABASE_URL", "PostgreSQL")?;
-    let name = format!("sluice_t_{}", sluice::ids::lease_token());
+    let pid = std::process::id();
+    let name = format!("sluice_t_{pid}_{}", sluice::ids::lease_token());
     let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {base}: {e}"));
     tokio::spawn(conn);
+    // Databases of test processes that have exited are dropped here, so runs do not pile up.
+    if let Ok(rows) = client
+        .query(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'sluice\\_t\\_%'",
+            &[],
+        )
+        .await
+    {
+        for row in rows {
+            let db: String = row.get(0);
+            let owner = db.split('_').nth(2).and_then(|p| p.parse::<u32>().ok());
+            if owner
+                .is_some_and(|p| p != pid && !std::path::Path::new(&format!("/proc/{p}")).exists())
+            {
+                let _ = client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+                    .await;
+            }
+        }
+    }
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
