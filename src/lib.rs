@@ -32,6 +32,7 @@ pub mod egress;
 pub mod ids;
 pub mod lease;
 pub mod metrics;
+pub mod notify;
 pub mod plan;
 pub mod receivers;
 pub mod retry;

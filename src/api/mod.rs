@@ -70,7 +70,7 @@ impl AppState {
         max_payload_bytes: usize,
     ) -> Self {
         if let Some(ctx) = &dispatcher {
-            ops_webhooks::spawn_throttle_watch(Arc::downgrade(ctx), store.clone());
+            crate::notify::spawn_throttle_watch(Arc::downgrade(ctx), store.clone());
         }
         Self {
             ingest: ingest::Ingest::start(store.clone(), metrics.clone()),

@@ -13,9 +13,9 @@ use super::Ctx;
 use super::endpoints::EndpointRuntime;
 use crate::admission::breaker::Admission;
 use crate::admission::governor::{self, Observation};
-use crate::api::ops_webhooks;
 use crate::delivery::{self, Report};
 use crate::metrics::{HeldLabel, HostLabel, Metrics, PhaseLabel};
+use crate::notify;
 use crate::store::{AttemptRecord, Claimed, EndpointEvent, SettleOutcome, Settlement, StoreError};
 
 /// Why a delivery was requeued without an attempt.
@@ -303,11 +303,11 @@ async fn disable(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, reason: &str) 
     endpoint.state().enabled = false;
     tracing::info!(endpoint = %endpoint.id, reason, "endpoint disabled");
     record_event(ctx, endpoint, "disabled", reason).await;
-    ops_webhooks::notify(
+    notify::notify(
         &ctx.store,
         &endpoint.tenant_id,
-        ops_webhooks::ENDPOINT_DISABLED,
-        ops_webhooks::disabled_payload(&endpoint.id, reason),
+        notify::ENDPOINT_DISABLED,
+        notify::disabled_payload(&endpoint.id, reason),
     )
     .await;
 }

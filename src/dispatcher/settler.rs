@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Ctx;
-use crate::api::ops_webhooks;
 use crate::metrics::{Metrics, PhaseLabel};
+use crate::notify;
 use crate::store::{SettleOutcome, Settlement};
 
 /// Most settlements written in one statement.
@@ -80,7 +80,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
                 m.dead_letters
                     .get_or_create(&Metrics::endpoint(&item.endpoint_id))
                     .inc();
-                let payload = ops_webhooks::dead_letter_payload(
+                let payload = notify::dead_letter_payload(
                     &item.endpoint_id,
                     &item.message_id,
                     item.settlement.delivery_id,
@@ -88,13 +88,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
                 );
                 let (store, tenant) = (ctx.store.clone(), item.tenant_id.clone());
                 tokio::spawn(async move {
-                    ops_webhooks::notify(
-                        &store,
-                        &tenant,
-                        ops_webhooks::MESSAGE_DEAD_LETTERED,
-                        payload,
-                    )
-                    .await;
+                    notify::notify(&store, &tenant, notify::MESSAGE_DEAD_LETTERED, payload).await;
                 });
             }
         }

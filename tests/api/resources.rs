@@ -389,12 +389,11 @@ async fn the_operational_webhook_is_notified_signed_through_the_delivery_machine
     s.message(&token, "order.paid", json!({})).await;
 
     let store = s.running().store.clone();
-    let payload = sluice::api::ops_webhooks::dead_letter_payload("ep_x", "msg_x", 7, "http_500");
-    sluice::api::ops_webhooks::notify(&store, &tenant, "sluice.message.dead_lettered", payload)
-        .await;
+    let payload = sluice::notify::dead_letter_payload("ep_x", "msg_x", 7, "http_500");
+    sluice::notify::notify(&store, &tenant, "sluice.message.dead_lettered", payload).await;
     // A notice about the operational endpoint itself is dropped.
-    let own = sluice::api::ops_webhooks::disabled_payload(&id, "gone");
-    sluice::api::ops_webhooks::notify(&store, &tenant, "sluice.endpoint.disabled", own).await;
+    let own = sluice::notify::disabled_payload(&id, "gone");
+    sluice::notify::notify(&store, &tenant, "sluice.endpoint.disabled", own).await;
     for _ in 0..100 {
         if ops.record.requests() >= 1 {
             break;

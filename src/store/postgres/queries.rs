@@ -372,6 +372,9 @@ pub async fn delete_endpoint(c: &impl GenericClient, tenant: &str, id: &str) -> 
     c.execute("DELETE FROM deliveries WHERE endpoint_id = $1", &[&id])
         .await
         .map_err(pg)?;
+    c.execute("DELETE FROM endpoint_events WHERE endpoint_id = $1", &[&id])
+        .await
+        .map_err(pg)?;
     Ok(())
 }
 

@@ -273,6 +273,8 @@ pub fn delete_endpoint(c: &Connection, tenant: &str, id: &str) -> StoreResult<()
     .map_err(db)?;
     c.execute("DELETE FROM deliveries WHERE endpoint_id = ?1", [id])
         .map_err(db)?;
+    c.execute("DELETE FROM endpoint_events WHERE endpoint_id = ?1", [id])
+        .map_err(db)?;
     Ok(())
 }
 
