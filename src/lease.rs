@@ -44,9 +44,9 @@ pub async fn leaser(ctx: Arc<Ctx>) {
                 continue;
             }
         };
-        let full = claimed.len() as u32 >= limit;
+        let got = claimed.len();
         // Continue after the last endpoint served so every endpoint gets its turn.
-        cursor = if full {
+        cursor = if got as u32 >= limit {
             claimed.iter().map(|d| d.endpoint_id.clone()).max()
         } else {
             None
@@ -54,14 +54,17 @@ pub async fn leaser(ctx: Arc<Ctx>) {
         for d in claimed {
             ctx.spawn(d);
         }
-        if !full {
-            // Nothing more is due: sleep until new work is announced, capacity frees up for
-            // endpoints we skipped, or the idle poll (retries coming due) elapses.
+        if got == 0 {
+            // Nothing claimable: every due endpoint is excluded (lane full, paused, breaker
+            // open) or nothing is due. Sleep until new work is announced, capacity frees up
+            // (a lane may have room again), or the idle poll (retries coming due) elapses.
             tokio::select! {
                 _ = signal.notified() => {}
-                _ = tokio::time::sleep(ctx.settings.idle_poll) => {}
+                _ = ctx.capacity_freed(ctx.settings.idle_poll) => {}
             }
         }
+        // Otherwise claim again at once: a batch smaller than the limit only means each due
+        // endpoint gave its per-endpoint share, not that the backlog is empty.
     }
 }
 

@@ -70,10 +70,22 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         Some(enqueued as f64),
         "",
     );
+    // When the backlog was in: the first sample at which every accepted event was counted.
+    let enqueue_s = with
+        .series
+        .get("noisy.accepted")
+        .and_then(|points| points.iter().find(|(_, v)| *v as u64 >= enqueued))
+        .map(|(t, _)| *t);
+    report.figure(
+        "noisy_enqueue_s",
+        "noisy tenant: seconds to enqueue it",
+        enqueue_s,
+        "s",
+    );
     report.figure(
         "noisy_enqueue_per_s",
         "noisy tenant: enqueue rate",
-        Some(enqueued as f64 / d),
+        enqueue_s.map(|t| enqueued as f64 / t.max(0.25)),
         "/s",
     );
     report.figure(
