@@ -64,7 +64,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
             let until = s.governor.paused_until;
             s.window.record_held(now);
             drop(s);
-            return requeue_until(ctx, d, &endpoint, until, Held::Paused);
+            return requeue_until(ctx, d, until, Held::Paused);
         }
         let probe = match s.breaker.admit(now) {
             Admission::Allow => false,
@@ -72,7 +72,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
             Admission::Hold { until } => {
                 s.window.record_held(now);
                 drop(s);
-                return requeue_until(ctx, d, &endpoint, Some(until), Held::BreakerOpen);
+                return requeue_until(ctx, d, Some(until), Held::BreakerOpen);
             }
         };
         match &s.target {
@@ -207,7 +207,6 @@ async fn settle_attempt(
     };
     observe(
         &ctx.metrics,
-        d,
         &endpoint.id,
         &host,
         &report,
@@ -236,20 +235,21 @@ async fn settle_attempt(
         disable(ctx, endpoint, reason).await;
     }
 
+    let (status, error_kind, response) = match report.result {
+        Ok(r) if (200..300).contains(&r.status) => (Some(r.status), None, nonempty(r.body)),
+        Ok(r) => (
+            Some(r.status),
+            Some(format!("http_{}", r.status)),
+            nonempty(r.body),
+        ),
+        Err(f) => (None, Some(f.kind.as_str().to_owned()), Some(f.message)),
+    };
     let attempt = AttemptRecord {
         started_at_ms: report.started_at_ms,
         duration_ms: report.duration.as_millis().min(u128::from(u32::MAX)) as u32,
-        status: report.result.as_ref().ok().map(|r| r.status),
-        error_kind: match &report.result {
-            Ok(r) if (200..300).contains(&r.status) => None,
-            Ok(r) => Some(format!("http_{}", r.status)),
-            Err(f) => Some(f.kind.as_str().to_owned()),
-        },
-        response: match &report.result {
-            Ok(r) if !r.body.is_empty() => Some(r.body.clone()),
-            Ok(_) => None,
-            Err(f) => Some(f.message.clone()),
-        },
+        status,
+        error_kind,
+        response,
     };
     if matches!(decision.outcome, SettleOutcome::Delivered) {
         let e2e = (now_ms - d.message_created_at_ms).max(0) as f64 / 1000.0;
@@ -260,14 +260,12 @@ async fn settle_attempt(
 
 fn observe(
     m: &Metrics,
-    d: &Claimed,
     endpoint: &str,
     host: &str,
     report: &Report,
     observation: &Observation,
     failed: bool,
 ) {
-    let _ = d;
     let label = Metrics::endpoint(endpoint);
     if failed {
         m.deliveries_failed.get_or_create(&label).inc();
@@ -325,6 +323,10 @@ async fn record_event(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, kind: &st
     }
 }
 
+fn nonempty(body: String) -> Option<String> {
+    (!body.is_empty()).then_some(body)
+}
+
 fn settlement(d: &Claimed, outcome: SettleOutcome, attempt: Option<AttemptRecord>) -> Settlement {
     Settlement {
         delivery_id: d.delivery_id,
@@ -353,13 +355,7 @@ fn requeue(
 }
 
 /// Requeue without an attempt until `until` (plus up to a second of jitter).
-fn requeue_until(
-    ctx: &Arc<Ctx>,
-    d: &Claimed,
-    _endpoint: &Arc<EndpointRuntime>,
-    until: Option<Instant>,
-    why: Held,
-) -> Settlement {
+fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, why: Held) -> Settlement {
     let wait = until.map_or(Duration::ZERO, |u| {
         u.saturating_duration_since(Instant::now())
     });
