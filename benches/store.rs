@@ -223,6 +223,7 @@ async fn claim_settle(store: &SharedStore, tenant: &str, workers: usize) -> f64 
                         per_endpoint: CLAIM_BATCH / 4,
                         lease_ms: 60_000,
                         exclude: Vec::new(),
+                        room: vec![],
                         after_endpoint: None,
                     })
                     .await

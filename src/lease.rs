@@ -24,12 +24,15 @@ pub async fn leaser(ctx: Arc<Ctx>) {
             continue;
         }
         let limit = free.min(ctx.settings.claim_batch as usize) as u32;
+        let per_endpoint = ctx.settings.lane_size.max(1);
+        let (exclude, room) = ctx.claim_view(per_endpoint);
         let request = ClaimRequest {
             now_ms: crate::clock::now_ms(),
             limit,
-            per_endpoint: ctx.settings.lane_size.max(1),
+            per_endpoint,
             lease_ms: ctx.settings.lease_ttl.as_millis() as i64,
-            exclude: ctx.blocked_endpoints(),
+            exclude,
+            room,
             after_endpoint: cursor.clone(),
         };
         let claimed = match ctx.store.claim(&request).await {

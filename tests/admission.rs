@@ -187,7 +187,7 @@ proptest! {
                 clock += 1_000;
                 let claimed = store.claim(&ClaimRequest {
                     now_ms: clock, limit: 1, per_endpoint: 1, lease_ms: 60_000,
-                    exclude: vec![], after_endpoint: None,
+                    exclude: vec![], room: vec![], after_endpoint: None,
                 }).await.unwrap();
                 prop_assert_eq!(claimed.len(), 1);
                 let c = &claimed[0];

@@ -85,6 +85,7 @@ fn req(now: i64, limit: u32, per_endpoint: u32) -> ClaimRequest {
         per_endpoint,
         lease_ms: 60_000,
         exclude: Vec::new(),
+        room: vec![],
         after_endpoint: None,
     }
 }
@@ -620,6 +621,15 @@ async fn check_claim_basics(store: SharedStore) {
     assert!(counts.values().all(|&n| n == 3), "{counts:?}");
     assert_eq!(counts.len(), 2);
     assert!(ids(&first).is_disjoint(&ids(&second)));
+
+    // `room` takes no more of an endpoint than its lane has free; others keep `per_endpoint`.
+    let mut roomy = req(now, 100, 100);
+    roomy.room = vec![(e1.id.clone(), 1), (e2.id.clone(), 2)];
+    let roomed = store.claim(&roomy).await.unwrap();
+    let counts = endpoints_of(&roomed);
+    assert_eq!(counts.get(&e1.id).copied(), Some(1), "{counts:?}");
+    assert_eq!(counts.get(&e2.id).copied(), Some(2), "{counts:?}");
+    assert!(ids(&roomed).is_disjoint(&ids(&second)));
 
     // `exclude` skips endpoints whose lanes are full.
     let mut excluding = req(now, 100, 100);

@@ -49,6 +49,8 @@ pub struct EndpointRuntime {
     pub tenant_id: String,
     /// The bulkhead.
     pub lane: Arc<Lane>,
+    /// Claimed deliveries whose tasks have not yet passed the lane (admitted or shed).
+    pending: std::sync::atomic::AtomicU32,
     /// Attempts this process has in flight to the endpoint under fleet admission.
     attempts_in_flight: std::sync::atomic::AtomicU32,
     /// Attempts this process held when the current Redis outage began (outage start, count).
@@ -57,6 +59,11 @@ pub struct EndpointRuntime {
 }
 
 impl EndpointRuntime {
+    /// Claimed deliveries on their way to the lane.
+    pub fn pending(&self) -> u32 {
+        self.pending.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Attempts in flight to this endpoint under fleet admission.
     pub fn attempts_in_flight(&self) -> u32 {
         self.attempts_in_flight
@@ -197,6 +204,7 @@ impl Endpoints {
             lane: Lane::new(),
             held_at_outage: Mutex::new(None),
             attempts_in_flight: std::sync::atomic::AtomicU32::new(0),
+            pending: std::sync::atomic::AtomicU32::new(0),
             state: Mutex::new(EndpointState {
                 target,
                 enabled: endpoint.enabled,
@@ -265,4 +273,26 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         secrets,
         timeouts,
     }))
+}
+
+/// A claimed delivery counted against its endpoint's room until it reaches the lane; dropping
+/// it (at the lane, or when the task ends early) stops counting it.
+pub struct Pending(Option<Arc<EndpointRuntime>>);
+
+impl Pending {
+    /// Count one delivery for `endpoint` (nothing for an endpoint not seen yet).
+    pub fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
+        if let Some(rt) = &endpoint {
+            rt.pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        Self(endpoint)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(rt) = &self.0 {
+            rt.pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
 }

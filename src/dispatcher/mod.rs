@@ -83,22 +83,30 @@ impl Ctx {
         self.draining.load(Ordering::Acquire)
     }
 
-    /// Endpoints the next claim should skip: paused, breaker open, or lane already full.
-    pub fn blocked_endpoints(&self) -> Vec<String> {
+    /// What the next claim should know about endpoints this dispatcher has seen: those to skip
+    /// (paused, breaker open, or no free lane slot) and those with fewer free slots than
+    /// `per_endpoint`, so a claim takes no more than their lanes can start (shedding stays the
+    /// exception, not a churn of claim → shed → requeue).
+    pub fn claim_view(&self, per_endpoint: u32) -> (Vec<String>, Vec<(String, u32)>) {
         let now = Instant::now();
         let concurrency = self.concurrency();
-        let mut out = Vec::new();
+        let (mut exclude, mut room) = (Vec::new(), Vec::new());
         for rt in self.endpoints.all() {
             let s = rt.state();
-            let blocked = crate::admission::governor::is_paused(&s.governor, now)
+            let held = crate::admission::governor::is_paused(&s.governor, now)
                 || matches!(s.breaker.state(),
-                    crate::admission::breaker::BreakerState::Open { until, .. } if until > now)
-                || rt.lane.in_use() >= s.effective_lane(&self.settings, concurrency);
-            if blocked {
-                out.push(rt.id.clone());
+                    crate::admission::breaker::BreakerState::Open { until, .. } if until > now);
+            let taken = rt.lane.in_use() + rt.pending();
+            let free = s
+                .effective_lane(&self.settings, concurrency)
+                .saturating_sub(taken);
+            if held || free == 0 {
+                exclude.push(rt.id.clone());
+            } else if free < per_endpoint {
+                room.push((rt.id.clone(), free));
             }
         }
-        out
+        (exclude, room)
     }
 
     /// Start one delivery's task.
@@ -108,10 +116,11 @@ impl Ctx {
         let id = d.delivery_id;
         let token = d.lease_token;
         let leased_at = Instant::now();
+        let pending = endpoints::Pending::new(self.endpoints.cached(&d.endpoint_id));
         // Hold the map lock across the spawn so the task cannot remove its entry first.
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let handle = tokio::spawn(async move {
-            let settlement = pipeline::run(&ctx, &d).await;
+            let settlement = pipeline::run(&ctx, &d, pending).await;
             ctx.inflight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

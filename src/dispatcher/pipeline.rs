@@ -10,7 +10,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::Ctx;
-use super::endpoints::EndpointRuntime;
+use super::endpoints::{EndpointRuntime, Pending};
 use crate::admission::breaker::Admission;
 use crate::admission::governor::{self, Observation};
 use crate::delivery::{self, Report};
@@ -34,7 +34,7 @@ pub enum Held {
 }
 
 /// Run one delivery to a settlement.
-pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
+pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     let endpoint = match ctx.endpoints.get(&d.endpoint_id).await {
         Ok(rt) => rt,
         Err(StoreError::NotFound(_)) => {
@@ -90,11 +90,13 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed) -> Settlement {
 
     // The lane: wait at most the deadline, then shed. The limit follows the governor.
     let limit = || endpoint.state().effective_lane(&ctx.settings, concurrency);
-    let slot = match endpoint
+    let acquired = endpoint
         .lane
         .acquire(limit, ctx.settings.lane_deadline)
-        .await
-    {
+        .await;
+    // Past the lane (admitted or about to be shed): no longer counted against its room.
+    drop(pending);
+    let slot = match acquired {
         Ok(slot) => slot,
         Err(_) => {
             let mut s = endpoint.state();

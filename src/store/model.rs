@@ -212,6 +212,8 @@ pub struct ClaimRequest {
     pub lease_ms: i64,
     /// Endpoints not to claim for (lane full, paused, breaker open).
     pub exclude: Vec<String>,
+    /// Endpoints with less room than `per_endpoint` (free lane slots): take at most this many.
+    pub room: Vec<(String, u32)>,
     /// Round-robin cursor: start after this endpoint id, wrapping around.
     pub after_endpoint: Option<String>,
 }

@@ -30,7 +30,10 @@ const CLAIM: &str = "WITH eps AS ( \
         SELECT c.id FROM eps CROSS JOIN LATERAL ( \
             SELECT d.id FROM deliveries d \
             WHERE d.endpoint_id = eps.id AND d.state = 0 AND d.visible_at_ms <= $2 \
-            ORDER BY d.visible_at_ms LIMIT $5 FOR UPDATE SKIP LOCKED) c \
+            ORDER BY d.visible_at_ms \
+            LIMIT GREATEST(1, LEAST($5, COALESCE((SELECT r.n FROM unnest($10::text[], $11::bigint[]) \
+                AS r(id, n) WHERE r.id = eps.id), $5))) \
+            FOR UPDATE SKIP LOCKED) c \
         LIMIT $4 \
     ) \
     UPDATE deliveries d SET state = 1, lease_until_ms = $6, lease_token = $7, updated_at_ms = $2 \
@@ -581,6 +584,8 @@ pub async fn claim(
         return Ok(Vec::new());
     }
     let token = crate::ids::lease_token();
+    let room_ids: Vec<&str> = req.room.iter().map(|(e, _)| e.as_str()).collect();
+    let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
     let stmt = c.prepare_cached(CLAIM).await.map_err(pg)?;
     let rows = c
         .query(
@@ -595,6 +600,8 @@ pub async fn claim(
                 &token,
                 &token,
                 &wrapped,
+                &room_ids,
+                &room_n,
             ],
         )
         .await

@@ -466,6 +466,7 @@ pub fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
         return Ok(Vec::new());
     }
     let exclude: HashSet<&str> = req.exclude.iter().map(String::as_str).collect();
+    let room: HashMap<&str, u32> = req.room.iter().map(|(e, n)| (e.as_str(), *n)).collect();
     let mut picked: Vec<Picked> = Vec::with_capacity(limit);
     let mut due = c.prepare_cached(CLAIM_DUE).map_err(db)?;
     let cursor = req.after_endpoint.as_deref().unwrap_or("");
@@ -482,7 +483,13 @@ pub fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
             if exclude.contains(endpoint.as_str()) {
                 continue;
             }
-            let room = (limit - picked.len()).min(req.per_endpoint.max(1) as usize);
+            let share = room
+                .get(endpoint.as_str())
+                .copied()
+                .unwrap_or(req.per_endpoint)
+                .min(req.per_endpoint)
+                .max(1);
+            let room = (limit - picked.len()).min(share as usize);
             let mut found = due
                 .query(params![endpoint, req.now_ms, room as i64])
                 .map_err(db)?;
