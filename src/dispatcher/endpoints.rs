@@ -39,6 +39,8 @@ pub struct EndpointState {
     pub failing_since_ms: Option<i64>,
     /// Destination host (metrics label).
     pub host: String,
+    /// Recent attempt duration (exponentially weighted), for sizing claims to the lane.
+    pub service_ewma: Option<Duration>,
 }
 
 /// One endpoint as this dispatcher sees it.
@@ -219,6 +221,7 @@ impl Endpoints {
                 ),
                 failing_since_ms: endpoint.failing_since_ms,
                 host,
+                service_ewma: None,
             }),
         });
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());

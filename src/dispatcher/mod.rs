@@ -96,10 +96,23 @@ impl Ctx {
             let held = crate::admission::governor::is_paused(&s.governor, now)
                 || matches!(s.breaker.state(),
                     crate::admission::breaker::BreakerState::Open { until, .. } if until > now);
+            // What the lane can start within its acquisition deadline: its slots, plus a short
+            // queue when the endpoint answers fast enough for that queue to drain within half
+            // the deadline at its recent service time (q × t / lane ≤ deadline / 2). A fast
+            // endpoint takes a full share and waits briefly at the lane; an endpoint slower
+            // than the deadline gets only its free slots, so it is not claimed just to be shed.
+            let lane = s.effective_lane(&self.settings, concurrency);
+            let queue = s.service_ewma.map_or(per_endpoint, |t| {
+                let turns = self.settings.lane_deadline.as_secs_f64() / t.as_secs_f64().max(1e-4);
+                if turns >= 1.0 {
+                    (f64::from(lane) * turns / 2.0).min(1e6) as u32
+                } else {
+                    0
+                }
+            });
+            let startable = lane.saturating_add(queue);
             let taken = rt.lane.in_use() + rt.pending();
-            let free = s
-                .effective_lane(&self.settings, concurrency)
-                .saturating_sub(taken);
+            let free = startable.saturating_sub(taken);
             if held || free == 0 {
                 exclude.push(rt.id.clone());
             } else if free < per_endpoint {

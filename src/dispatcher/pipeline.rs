@@ -182,6 +182,10 @@ async fn settle_attempt(
         }
         s.window
             .record_attempt(now, report.duration, !decision.failed);
+        s.service_ewma = Some(match s.service_ewma {
+            Some(avg) => avg.mul_f64(0.8) + report.duration.mul_f64(0.2),
+            None => report.duration,
+        });
         let transition = s.breaker.record(now, report.duration, decision.failed);
         let failing_change = match (decision.failed, s.failing_since_ms) {
             (true, None) => {
