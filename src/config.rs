@@ -122,6 +122,9 @@ pub struct DispatchSettings {
     pub rotation_overlap: Duration,
     /// Which destinations the egress guard lets through despite the deny list.
     pub allow_networks: Vec<IpNet>,
+    /// Delivered deliveries (and their attempts and messages) are deleted this long after they
+    /// were delivered; ready and dead-lettered ones are kept.
+    pub retention: Duration,
 }
 
 impl DispatchSettings {
@@ -162,6 +165,7 @@ impl Default for DispatchSettings {
             auto_disable_after: Duration::from_secs(5 * 24 * 3600),
             rotation_overlap: Duration::from_secs(24 * 3600),
             allow_networks: Vec::new(),
+            retention: Duration::from_secs(30 * 24 * 3600),
         }
     }
 }
@@ -260,6 +264,9 @@ pub struct RawSettings {
     /// Grace period for in-flight attempts on SIGTERM [default: 20s]
     #[arg(long, env = "SLUICE_DRAIN_GRACE")]
     pub drain_grace: Option<String>,
+    /// Keep delivered messages this long, then delete them (at least 1h) [default: 30d]
+    #[arg(long, env = "SLUICE_RETENTION")]
+    pub retention: Option<String>,
     /// Largest message payload in bytes [default: 262144]
     #[arg(long, env = "SLUICE_MAX_PAYLOAD_BYTES")]
     pub max_payload_bytes: Option<usize>,
@@ -308,6 +315,7 @@ impl RawSettings {
             auto_disable_after,
             rotation_overlap,
             drain_grace,
+            retention,
             max_payload_bytes,
             retry_schedule,
             sqlite_synchronous,
@@ -360,6 +368,7 @@ impl RawSettings {
             d.rotation_overlap,
         );
         d.drain_grace = duration("drain-grace", &self.drain_grace, d.drain_grace);
+        d.retention = duration("retention", &self.retention, d.retention);
 
         let check = |ok: bool, errors: &mut Vec<String>, msg: String| {
             if !ok {
@@ -389,6 +398,11 @@ impl RawSettings {
                 d.lease_ttl,
                 d.timeouts.total + d.lane_deadline + Duration::from_secs(5)
             ),
+        );
+        check(
+            d.retention >= Duration::from_secs(3600),
+            &mut errors,
+            format!("retention: {:?} must be at least 1h", d.retention),
         );
         match ShedSettings::try_new(shed_min, shed_max) {
             Ok(s) => d.shed = s,

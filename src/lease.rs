@@ -71,12 +71,22 @@ pub async fn leaser(ctx: Arc<Ctx>) {
     }
 }
 
-/// Return expired leases on an interval until aborted.
+/// How often the reaper also applies retention.
+const PURGE_INTERVAL: Duration = Duration::from_secs(600);
+/// Deliveries deleted per retention transaction (short transactions, many of them).
+const PURGE_BATCH: u32 = 5_000;
+
+/// Return expired leases on an interval until aborted, and apply retention now and then.
 pub async fn reaper(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.reap_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_purge: Option<tokio::time::Instant> = None;
     loop {
         interval.tick().await;
+        if last_purge.is_none_or(|at| at.elapsed() >= PURGE_INTERVAL) {
+            last_purge = Some(tokio::time::Instant::now());
+            purge(&ctx).await;
+        }
         match ctx
             .store
             .reap(crate::clock::now_ms(), ctx.settings.max_lease_expiries)
@@ -92,6 +102,29 @@ pub async fn reaper(ctx: Arc<Ctx>) {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "reap failed"),
         }
+    }
+}
+
+/// Delete delivered history older than the retention period, in short batches.
+async fn purge(ctx: &Ctx) {
+    let before_ms = crate::clock::now_ms() - ctx.settings.retention.as_millis() as i64;
+    let mut total = 0;
+    loop {
+        match ctx.store.purge(before_ms, PURGE_BATCH).await {
+            Ok(n) => {
+                total += n;
+                if n < u64::from(PURGE_BATCH) {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention purge failed");
+                break;
+            }
+        }
+    }
+    if total > 0 {
+        tracing::info!(deleted = total, "retention: delivered history deleted");
     }
 }
 

@@ -129,6 +129,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<bool>;
     /// Return expired leases to ready; dead-letter those that expired `max_expiries` times.
     async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport>;
+    /// Retention: delete up to `limit` delivered deliveries last changed before `before_ms`
+    /// (with their attempts), then messages older than that with no deliveries left. Ready,
+    /// leased and dead-lettered deliveries are never purged. Returns deliveries deleted.
+    async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
 
     // ---- deliveries, attempts, dead letters -----------------------------------------------
 

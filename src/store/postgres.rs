@@ -346,6 +346,14 @@ impl Store for PostgresStore {
         .await
     }
 
+    async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        let n = queries::purge(&tx, before_ms, limit).await?;
+        tx.commit().await.map_err(pg)?;
+        Ok(n)
+    }
+
     async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;

@@ -433,6 +433,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
+        self.write(move |c| queries::purge(c, before_ms, limit))
+            .await
+    }
+
     async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
         let report = self
             .write(move |c| queries::reap(c, now_ms, max_expiries))

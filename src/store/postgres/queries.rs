@@ -710,6 +710,36 @@ pub async fn extend_lease(
     Ok(n > 0)
 }
 
+pub async fn purge(c: &impl GenericClient, before_ms: i64, limit: u32) -> StoreResult<u64> {
+    let ids: Vec<i64> = c
+        .query(
+            "SELECT id FROM deliveries WHERE state = 2 AND updated_at_ms < $1 LIMIT $2 \
+             FOR UPDATE SKIP LOCKED",
+            &[&before_ms, &i64::from(limit)],
+        )
+        .await
+        .map_err(pg)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !ids.is_empty() {
+        c.execute("DELETE FROM attempts WHERE delivery_id = ANY($1)", &[&ids])
+            .await
+            .map_err(pg)?;
+        c.execute("DELETE FROM deliveries WHERE id = ANY($1)", &[&ids])
+            .await
+            .map_err(pg)?;
+    }
+    c.execute(
+        "DELETE FROM messages m WHERE m.created_at_ms < $1 \
+         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
+        &[&before_ms],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(ids.len() as u64)
+}
+
 pub async fn reap(
     c: &impl GenericClient,
     now_ms: i64,

@@ -593,6 +593,37 @@ pub fn extend_lease(c: &Connection, id: i64, token: i64, until_ms: i64) -> Store
     Ok(n > 0)
 }
 
+pub fn purge(c: &Connection, before_ms: i64, limit: u32) -> StoreResult<u64> {
+    let ids: Vec<i64> = {
+        let mut s = c
+            .prepare_cached(
+                "SELECT id FROM deliveries WHERE state = 2 AND updated_at_ms < ?1 LIMIT ?2",
+            )
+            .map_err(db)?;
+        let rows = s
+            .query_map(params![before_ms, limit], |r| r.get(0))
+            .map_err(db)?;
+        rows.collect::<Result<_, _>>().map_err(db)?
+    };
+    let mut attempts = c
+        .prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
+        .map_err(db)?;
+    let mut deliveries = c
+        .prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+        .map_err(db)?;
+    for id in &ids {
+        attempts.execute([id]).map_err(db)?;
+        deliveries.execute([id]).map_err(db)?;
+    }
+    c.execute(
+        "DELETE FROM messages WHERE created_at_ms < ?1 \
+         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = messages.id)",
+        [before_ms],
+    )
+    .map_err(db)?;
+    Ok(ids.len() as u64)
+}
+
 pub fn reap(c: &Connection, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
     let dead = c
         .execute(
