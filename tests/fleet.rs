@@ -28,7 +28,7 @@ impl RedisServer {
     /// Start a server on a free port, or None (skip) when there is no binary.
     async fn start() -> Option<RedisServer> {
         let binary = redis_server_binary()?;
-        let port = free_port();
+        let port = support::free_port();
         let mut server = RedisServer {
             binary,
             port,
@@ -43,7 +43,7 @@ impl RedisServer {
         let binary = redis_server_binary()?;
         Some(RedisServer {
             binary,
-            port: free_port(),
+            port: support::free_port(),
             child: None,
         })
     }
@@ -123,11 +123,6 @@ fn redis_server_binary() -> Option<PathBuf> {
     );
     eprintln!("SKIPPED: redis-server not found; this fleet-lanes test did not run");
     None
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
 }
 
 /// Test settings: a fast heartbeat so the tests take seconds, not minutes.

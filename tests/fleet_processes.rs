@@ -9,15 +9,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice::receivers::{self, Behavior};
-use support::{ADMIN, eventually};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use support::{ADMIN, eventually, free_port};
 
 struct Killed(Vec<Child>);
 

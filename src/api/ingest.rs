@@ -12,7 +12,8 @@ use crate::store::{Enqueued, NewMessage, SharedStore, StoreError};
 /// Most messages in one transaction.
 const MAX_BATCH: usize = 512;
 
-type Job = (NewMessage, oneshot::Sender<Result<Enqueued, StoreError>>);
+type Reply = oneshot::Sender<Result<Enqueued, StoreError>>;
+type Job = (NewMessage, Reply);
 
 /// A handle for submitting messages to the batcher.
 #[derive(Clone)]
@@ -41,33 +42,32 @@ impl Ingest {
 }
 
 async fn run(store: SharedStore, metrics: std::sync::Arc<Metrics>, mut rx: mpsc::Receiver<Job>) {
-    let mut jobs: Vec<Job> = Vec::with_capacity(MAX_BATCH);
     let mut batch: Vec<NewMessage> = Vec::with_capacity(MAX_BATCH);
+    let mut replies: Vec<Reply> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = rx.recv().await {
-        jobs.push(first);
-        while jobs.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
+        let mut next = Some(first);
+        while let Some((message, reply)) = next.take() {
+            batch.push(message);
+            replies.push(reply);
+            if batch.len() < MAX_BATCH {
+                next = rx.try_recv().ok();
             }
         }
-        batch.clear();
-        batch.extend(jobs.iter().map(|(m, _)| m.clone()));
         match store.enqueue(&batch, crate::clock::now_ms()).await {
             Ok(results) => {
                 metrics
                     .messages_accepted
                     .inc_by(results.iter().filter(|r| !r.duplicate).count() as u64);
-                for ((_, reply), result) in jobs.drain(..).zip(results) {
+                for (reply, result) in replies.drain(..).zip(results) {
                     let _ = reply.send(Ok(result));
                 }
             }
-            Err(e) if jobs.len() > 1 => {
+            Err(e) if batch.len() > 1 => {
                 // One bad message must not fail its neighbours: retry them one by one.
                 tracing::debug!(error = %e, "batch enqueue failed; retrying singly");
-                for (message, reply) in jobs.drain(..) {
+                for (message, reply) in batch.iter().zip(replies.drain(..)) {
                     let result = store
-                        .enqueue(std::slice::from_ref(&message), crate::clock::now_ms())
+                        .enqueue(std::slice::from_ref(message), crate::clock::now_ms())
                         .await
                         .map(|mut r| r.remove(0));
                     if result.as_ref().is_ok_and(|r| !r.duplicate) {
@@ -77,19 +77,11 @@ async fn run(store: SharedStore, metrics: std::sync::Arc<Metrics>, mut rx: mpsc:
                 }
             }
             Err(e) => {
-                for (_, reply) in jobs.drain(..) {
-                    let _ = reply.send(Err(clone_error(&e)));
+                for reply in replies.drain(..) {
+                    let _ = reply.send(Err(e.clone()));
                 }
             }
         }
-    }
-}
-
-fn clone_error(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::NotFound(w) => StoreError::NotFound(w),
-        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        StoreError::Database(m) => StoreError::Database(m.clone()),
+        batch.clear();
     }
 }

@@ -31,20 +31,32 @@ pub struct SettleItem {
     pub message_id: String,
 }
 
+/// Who a settlement was for, kept beside the batch for metrics and notices after the write.
+struct Meta {
+    leased_at: Instant,
+    endpoint_id: String,
+    tenant_id: String,
+    message_id: String,
+}
+
 /// Write settlements until the channel closes.
 pub async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
-    let mut items: Vec<SettleItem> = Vec::with_capacity(SETTLE_BATCH);
     let mut batch: Vec<Settlement> = Vec::with_capacity(SETTLE_BATCH);
+    let mut metas: Vec<Meta> = Vec::with_capacity(SETTLE_BATCH);
     while let Some(first) = rx.recv().await {
-        items.push(first);
-        while items.len() < SETTLE_BATCH {
-            match rx.try_recv() {
-                Ok(item) => items.push(item),
-                Err(_) => break,
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            batch.push(item.settlement);
+            metas.push(Meta {
+                leased_at: item.leased_at,
+                endpoint_id: item.endpoint_id,
+                tenant_id: item.tenant_id,
+                message_id: item.message_id,
+            });
+            if batch.len() < SETTLE_BATCH {
+                next = rx.try_recv().ok();
             }
         }
-        batch.clear();
-        batch.extend(items.iter().map(|i| i.settlement.clone()));
         let started = Instant::now();
         let mut backoff = Duration::from_millis(100);
         let mut applied = Vec::new();
@@ -71,28 +83,29 @@ pub async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
         m.phase_seconds
             .get_or_create(&PhaseLabel { phase: "settle" })
             .observe(settle_took);
-        for item in &items {
+        for (settlement, meta) in batch.iter().zip(&metas) {
             m.service_seconds
-                .observe(item.leased_at.elapsed().as_secs_f64());
-            if let SettleOutcome::Dead { reason } = &item.settlement.outcome
-                && applied.contains(&item.settlement.delivery_id)
+                .observe(meta.leased_at.elapsed().as_secs_f64());
+            if let SettleOutcome::Dead { reason } = &settlement.outcome
+                && applied.contains(&settlement.delivery_id)
             {
                 m.dead_letters
-                    .get_or_create(&Metrics::endpoint(&item.endpoint_id))
+                    .get_or_create(&Metrics::endpoint(&meta.endpoint_id))
                     .inc();
                 let payload = notify::dead_letter_payload(
-                    &item.endpoint_id,
-                    &item.message_id,
-                    item.settlement.delivery_id,
+                    &meta.endpoint_id,
+                    &meta.message_id,
+                    settlement.delivery_id,
                     reason,
                 );
-                let (store, tenant) = (ctx.store.clone(), item.tenant_id.clone());
+                let (store, tenant) = (ctx.store.clone(), meta.tenant_id.clone());
                 tokio::spawn(async move {
                     notify::notify(&store, &tenant, notify::MESSAGE_DEAD_LETTERED, payload).await;
                 });
             }
         }
-        ctx.settled(items.len());
-        items.clear();
+        ctx.settled(batch.len());
+        batch.clear();
+        metas.clear();
     }
 }

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 pub use model::*;
 
 /// What a store operation can fail with; callers branch on `NotFound`, `Conflict` and `Unavailable`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The named row does not exist (or belongs to another tenant).
     #[error("{0} not found")]

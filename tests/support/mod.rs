@@ -275,3 +275,11 @@ pub fn http() -> reqwest::Client {
     sluice::delivery::install_tls_provider();
     reqwest::Client::new()
 }
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}

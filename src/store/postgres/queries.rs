@@ -768,6 +768,19 @@ pub async fn reap(
     Ok(ReapReport { returned, dead })
 }
 
+/// Columns: id, delivery_id, started_at_ms, duration_ms, status, error_kind, response.
+fn attempt_row(r: &Row) -> AttemptView {
+    AttemptView {
+        id: r.get(0),
+        delivery_id: r.get(1),
+        started_at_ms: r.get(2),
+        duration_ms: r.get::<_, i64>(3) as u32,
+        status: r.get::<_, Option<i64>>(4).map(|s| s as u16),
+        error_kind: r.get(5),
+        response: r.get(6),
+    }
+}
+
 fn delivery_row(r: &Row) -> DeliveryView {
     DeliveryView {
         id: r.get(0),
@@ -836,18 +849,7 @@ pub async fn attempts(
         )
         .await
         .map_err(pg)?;
-    Ok(rows
-        .iter()
-        .map(|r| AttemptView {
-            id: r.get(0),
-            delivery_id: r.get(1),
-            started_at_ms: r.get(2),
-            duration_ms: r.get::<_, i64>(3) as u32,
-            status: r.get::<_, Option<i64>>(4).map(|s| s as u16),
-            error_kind: r.get(5),
-            response: r.get(6),
-        })
-        .collect())
+    Ok(rows.iter().map(attempt_row).collect())
 }
 
 /// An endpoint's recent attempts, newest first (the status fallback and the attempts list).
@@ -872,18 +874,7 @@ pub async fn endpoint_attempts(
         )
         .await
         .map_err(pg)?;
-    Ok(rows
-        .iter()
-        .map(|r| AttemptView {
-            id: r.get(0),
-            delivery_id: r.get(1),
-            started_at_ms: r.get(2),
-            duration_ms: r.get::<_, i64>(3) as u32,
-            status: r.get::<_, Option<i64>>(4).map(|s| s as u16),
-            error_kind: r.get(5),
-            response: r.get(6),
-        })
-        .collect())
+    Ok(rows.iter().map(attempt_row).collect())
 }
 
 pub async fn replay(

@@ -648,6 +648,19 @@ pub fn reap(c: &Connection, now_ms: i64, max_expiries: u32) -> StoreResult<ReapR
     })
 }
 
+/// Columns: id, delivery_id, started_at_ms, duration_ms, status, error_kind, response.
+fn attempt_row(r: &Row) -> rusqlite::Result<AttemptView> {
+    Ok(AttemptView {
+        id: r.get(0)?,
+        delivery_id: r.get(1)?,
+        started_at_ms: r.get(2)?,
+        duration_ms: r.get(3)?,
+        status: r.get(4)?,
+        error_kind: r.get(5)?,
+        response: r.get(6)?,
+    })
+}
+
 fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryView> {
     Ok(DeliveryView {
         id: r.get(0)?,
@@ -707,19 +720,7 @@ pub fn attempts(c: &Connection, tenant: &str, delivery_id: i64) -> StoreResult<V
              FROM attempts WHERE delivery_id = ?1 ORDER BY id",
         )
         .map_err(db)?;
-    let rows = s
-        .query_map([delivery_id], |r| {
-            Ok(AttemptView {
-                id: r.get(0)?,
-                delivery_id: r.get(1)?,
-                started_at_ms: r.get(2)?,
-                duration_ms: r.get(3)?,
-                status: r.get(4)?,
-                error_kind: r.get(5)?,
-                response: r.get(6)?,
-            })
-        })
-        .map_err(db)?;
+    let rows = s.query_map([delivery_id], attempt_row).map_err(db)?;
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
@@ -740,17 +741,10 @@ pub fn endpoint_attempts(
     let mut s = c.prepare_cached(ENDPOINT_ATTEMPTS).map_err(db)?;
     let before = before.unwrap_or(i64::MAX);
     let rows = s
-        .query_map(params![endpoint, tenant, since_ms, before, limit], |r| {
-            Ok(AttemptView {
-                id: r.get(0)?,
-                delivery_id: r.get(1)?,
-                started_at_ms: r.get(2)?,
-                duration_ms: r.get(3)?,
-                status: r.get(4)?,
-                error_kind: r.get(5)?,
-                response: r.get(6)?,
-            })
-        })
+        .query_map(
+            params![endpoint, tenant, since_ms, before, limit],
+            attempt_row,
+        )
         .map_err(db)?;
     rows.collect::<Result<_, _>>().map_err(db)
 }
