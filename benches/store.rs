@@ -129,27 +129,13 @@ async fn setup(store: &SharedStore) -> String {
     store.create_tenant(&tenant).await.expect("tenant");
     for _ in 0..ENDPOINTS {
         store
-            .create_endpoint(&Endpoint {
-                id: new_id("ep"),
-                tenant_id: tenant.id.clone(),
-                url: "http://127.0.0.1:9/hook".into(),
-                description: String::new(),
-                event_types: Vec::new(),
-                secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
-                previous_secret: None,
-                previous_secret_until_ms: None,
-                enabled: true,
-                disabled_reason: None,
-                operational: false,
-                lane_size: None,
-                latency_ceiling_ms: None,
-                connect_timeout_ms: None,
-                read_timeout_ms: None,
-                total_timeout_ms: None,
-                failing_since_ms: None,
-                created_at_ms: now,
-                updated_at_ms: now,
-            })
+            .create_endpoint(&Endpoint::new(
+                new_id("ep"),
+                tenant.id.clone(),
+                "http://127.0.0.1:9/hook".into(),
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+                now,
+            ))
             .await
             .expect("endpoint");
     }
@@ -224,7 +210,6 @@ async fn claim_settle(store: &SharedStore, tenant: &str, workers: usize) -> f64 
                         lease_ms: 60_000,
                         exclude: Vec::new(),
                         room: vec![],
-                        after_endpoint: None,
                     })
                     .await
                     .expect("claim");

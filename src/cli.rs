@@ -21,17 +21,27 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the API and the dispatcher (embedded SQLite unless --database-url names PostgreSQL).
-    Serve(ServeArgs),
-    /// Create or upgrade the database schema, then exit.
-    Migrate(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Create or upgrade the database schema, then exit (`serve` migrates on start as well).
+    Migrate(MigrateArgs),
     /// Run a receiver that prints each webhook and verifies its signature (for trying sluice).
     Receive(ReceiveArgs),
     /// Size a worker pool: Little's Law, square-root staffing, Erlang C, process layout.
     Size(SizeArgs),
     /// Plan the pool from live measurements of a running sluice (its /metrics and/or its store).
     Plan(crate::plan::PlanArgs),
-    /// Run a benchmark scenario against real loopback receivers and report figures and charts.
-    Bench(crate::bench::BenchArgs),
+    /// Run a benchmark scenario (the separate `sluice-bench` binary; `sluice bench --help`
+    /// lists the scenarios).
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
+}
+
+/// `sluice bench …`: everything after `bench` goes to `sluice-bench` as it is.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The scenario and its options.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// `sluice serve` and `sluice migrate`.
@@ -43,6 +53,20 @@ pub struct ServeArgs {
     /// Settings.
     #[command(flatten)]
     pub settings: RawSettings,
+}
+
+/// `sluice migrate`: only what names the store.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// A TOML file of settings; only `database-url` and `data-dir` are read from it.
+    #[arg(long, env = "SLUICE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// postgres://… to migrate a PostgreSQL database (default: the embedded SQLite file)
+    #[arg(long, env = "SLUICE_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Directory of the embedded database [default: ./sluice-data]
+    #[arg(long, env = "SLUICE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// `sluice size`.

@@ -10,9 +10,13 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::admission::breaker::BreakerSettings;
+use crate::admission::breaker::{BreakerSettings, BreakerSettingsError};
 use crate::admission::governor::GovernorSettings;
+use crate::metrics::MetricsSettings;
 use crate::retry::{RetrySchedule, ShedSettings};
+use crate::server::listener::ListenerSettings;
+
+pub mod file;
 
 /// Which parts of sluice this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -90,7 +94,8 @@ pub struct DispatchSettings {
     pub lease_ttl: Duration,
     /// How often the reaper returns expired leases.
     pub reap_interval: Duration,
-    /// Expiries after which a delivery is dead-lettered as a poison message.
+    /// Consecutive lease expiries (no settle between them: a settle resets the count) after
+    /// which a delivery is dead-lettered as a poison message.
     pub max_lease_expiries: u32,
     /// How long an idle dispatcher waits before looking again without a notification.
     pub idle_poll: Duration,
@@ -102,8 +107,12 @@ pub struct DispatchSettings {
     pub timeout_caps: AttemptTimeouts,
     /// Response bytes kept (and read) per attempt.
     pub max_response_bytes: usize,
-    /// Default lane size (in-flight slots per endpoint).
+    /// Lane size (in-flight slots) of an endpoint not yet measured (fewer than 20 attempts in its
+    /// window); measured endpoints get Little's Law × `lane_headroom` (an operator's per-endpoint
+    /// lane overrides both).
     pub lane_size: u32,
+    /// Headroom over the measured mean concurrency when lanes are sized by Little's Law, 1–10.
+    pub lane_headroom: f64,
     /// How long a delivery may wait for a lane slot before it is shed.
     pub lane_deadline: Duration,
     /// No lane may exceed this share of the global concurrency (0–1].
@@ -125,6 +134,16 @@ pub struct DispatchSettings {
     /// Delivered deliveries (and their attempts and messages) are deleted this long after they
     /// were delivered; ready and dead-lettered ones are kept.
     pub retention: Duration,
+    /// How often a dispatcher writes its heartbeat (its load) to the store; a heartbeat older
+    /// than three intervals is stale (1s–60s, the same across the fleet).
+    pub heartbeat_interval: Duration,
+}
+
+impl DispatchSettings {
+    /// Heartbeats written within this long are fresh: three intervals.
+    pub fn heartbeat_fresh(&self) -> Duration {
+        self.heartbeat_interval * 3
+    }
 }
 
 impl DispatchSettings {
@@ -156,6 +175,7 @@ impl Default for DispatchSettings {
             },
             max_response_bytes: 64 * 1024,
             lane_size: 8,
+            lane_headroom: 1.5,
             lane_deadline: Duration::from_millis(500),
             lane_share: 0.25,
             shed: ShedSettings::default(),
@@ -166,6 +186,7 @@ impl Default for DispatchSettings {
             rotation_overlap: Duration::from_secs(24 * 3600),
             allow_networks: Vec::new(),
             retention: Duration::from_secs(30 * 24 * 3600),
+            heartbeat_interval: Duration::from_secs(5),
         }
     }
 }
@@ -173,8 +194,13 @@ impl Default for DispatchSettings {
 /// The whole validated configuration of `sluice serve`.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// API listen address.
+    /// API listen address (for `--role dispatcher`: where the operator routes are served).
     pub listen: SocketAddr,
+    /// A separate listener for `/metrics`, `/healthz` and `/readyz`; when set, `/metrics` is
+    /// not served on the API listener.
+    pub operator_listen: Option<SocketAddr>,
+    /// Header, body and idle timeouts and the connection limit of the HTTP listeners.
+    pub http: ListenerSettings,
     /// Where the embedded database lives.
     pub data_dir: PathBuf,
     /// PostgreSQL (or `sqlite:PATH`) instead of the embedded default.
@@ -193,23 +219,59 @@ pub struct Config {
     pub log_json: bool,
     /// The dispatcher's settings.
     pub dispatch: DispatchSettings,
+    /// The console's settings (`/console/`).
+    pub console: ConsoleSettings,
+    /// Longest any one store operation may take (100ms–60s): past it a request answers 503,
+    /// `/readyz` fails and dispatcher loops back off; PostgreSQL's statement timeout.
+    pub store_deadline: Duration,
+    /// How many endpoints and tenants the metrics may name.
+    pub metrics: MetricsSettings,
 }
 
-/// The raw settings: every field optional, from a TOML file or from flags/environment.
+/// Default `--store-deadline`: well above a healthy commit (milliseconds, a checkpoint stall
+/// included) and well below the 10–30 s producers' clients and load balancers give up after.
+pub const DEFAULT_STORE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The raw settings: every field optional, from a TOML file or from flags/environment. The
+/// file's keys are the flags' names (`lane-size`); the snake_case spelling (`lane_size`) that
+/// earlier files used is read too.
 #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RawSettings {
     /// API listen address [default: 127.0.0.1:8080]
     #[arg(long, env = "SLUICE_LISTEN")]
     pub listen: Option<String>,
+    /// Serve /metrics, /healthz and /readyz here too, and /metrics no longer on --listen
+    #[arg(long, env = "SLUICE_OPERATOR_LISTEN")]
+    #[serde(alias = "operator_listen")]
+    pub operator_listen: Option<String>,
+    /// Longest wait for a request's headers, 100ms–5m [default: 10s]
+    #[arg(long, env = "SLUICE_HTTP_HEADER_TIMEOUT")]
+    #[serde(alias = "http_header_timeout")]
+    pub http_header_timeout: Option<String>,
+    /// Longest wait for a request's body after its headers, 100ms–10m [default: 30s]
+    #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT")]
+    #[serde(alias = "http_body_timeout")]
+    pub http_body_timeout: Option<String>,
+    /// Close keep-alive connections idle (or not reading their response) this long, 100ms–1h [default: 60s]
+    #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT")]
+    #[serde(alias = "http_idle_timeout")]
+    pub http_idle_timeout: Option<String>,
+    /// Most connections the API serves at once; more are answered 503 and closed, 1–1000000 [default: 1024]
+    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
+    #[serde(alias = "http_max_connections")]
+    pub http_max_connections: Option<u32>,
     /// Directory of the embedded database [default: ./sluice-data]
     #[arg(long, env = "SLUICE_DATA_DIR")]
+    #[serde(alias = "data_dir")]
     pub data_dir: Option<PathBuf>,
     /// postgres://… for a fleet on PostgreSQL (default: embedded SQLite)
     #[arg(long, env = "SLUICE_DATABASE_URL")]
+    #[serde(alias = "database_url")]
     pub database_url: Option<String>,
     /// redis://… for fleet-wide lanes
     #[arg(long, env = "SLUICE_REDIS_URL")]
+    #[serde(alias = "redis_url")]
     pub redis_url: Option<String>,
     /// all | api | dispatcher [default: all]
     #[arg(long, env = "SLUICE_ROLE")]
@@ -224,61 +286,103 @@ pub struct RawSettings {
         value_delimiter = ','
     )]
     #[serde(default)]
+    #[serde(alias = "allow_network")]
     pub allow_network: Vec<String>,
     /// Connect timeout per attempt, e.g. 3s [default: 3s]
     #[arg(long, env = "SLUICE_CONNECT_TIMEOUT")]
+    #[serde(alias = "connect_timeout")]
     pub connect_timeout: Option<String>,
     /// Read timeout per attempt [default: 10s]
     #[arg(long, env = "SLUICE_READ_TIMEOUT")]
+    #[serde(alias = "read_timeout")]
     pub read_timeout: Option<String>,
     /// Total deadline per attempt [default: 15s]
     #[arg(long, env = "SLUICE_TOTAL_TIMEOUT")]
+    #[serde(alias = "total_timeout")]
     pub total_timeout: Option<String>,
     /// Lease duration; must exceed the total deadline plus the lane deadline [default: 60s]
     #[arg(long, env = "SLUICE_LEASE_TTL")]
+    #[serde(alias = "lease_ttl")]
     pub lease_ttl: Option<String>,
-    /// Default lane size per endpoint [default: 8]
+    /// Lane size of an endpoint before it is measured; measured ones are sized by Little's Law
+    /// [default: 8]
     #[arg(long, env = "SLUICE_LANE_SIZE")]
+    #[serde(alias = "lane_size")]
     pub lane_size: Option<u32>,
+    /// Headroom over the measured mean concurrency (arrivals × mean service time) when lanes
+    /// are sized by Little's Law, 1–10 [default: 1.5]
+    #[arg(long, env = "SLUICE_LANE_HEADROOM")]
+    #[serde(alias = "lane_headroom")]
+    pub lane_headroom: Option<f64>,
     /// Lane acquisition deadline before shedding [default: 500ms]
     #[arg(long, env = "SLUICE_LANE_DEADLINE")]
+    #[serde(alias = "lane_deadline")]
     pub lane_deadline: Option<String>,
     /// Largest share of the concurrency any one lane may hold, 0–1 [default: 0.25]
     #[arg(long, env = "SLUICE_LANE_SHARE")]
+    #[serde(alias = "lane_share")]
     pub lane_share: Option<f64>,
     /// Shortest shed requeue delay [default: 5s]
     #[arg(long, env = "SLUICE_SHED_MIN_DELAY")]
+    #[serde(alias = "shed_min_delay")]
     pub shed_min_delay: Option<String>,
     /// Longest shed requeue delay [default: 20s]
     #[arg(long, env = "SLUICE_SHED_MAX_DELAY")]
+    #[serde(alias = "shed_max_delay")]
     pub shed_max_delay: Option<String>,
     /// Default latency breaker ceiling (p95) [default: 15s]
     #[arg(long, env = "SLUICE_LATENCY_CEILING")]
+    #[serde(alias = "latency_ceiling")]
     pub latency_ceiling: Option<String>,
     /// Disable an endpoint after failing continuously for this long [default: 5d]
     #[arg(long, env = "SLUICE_AUTO_DISABLE_AFTER")]
+    #[serde(alias = "auto_disable_after")]
     pub auto_disable_after: Option<String>,
     /// How long a rotated-out secret keeps signing [default: 24h]
     #[arg(long, env = "SLUICE_ROTATION_OVERLAP")]
+    #[serde(alias = "rotation_overlap")]
     pub rotation_overlap: Option<String>,
     /// Grace period for in-flight attempts on SIGTERM [default: 20s]
     #[arg(long, env = "SLUICE_DRAIN_GRACE")]
+    #[serde(alias = "drain_grace")]
     pub drain_grace: Option<String>,
     /// Keep delivered messages this long, then delete them (at least 1h) [default: 30d]
     #[arg(long, env = "SLUICE_RETENTION")]
     pub retention: Option<String>,
     /// Largest message payload in bytes [default: 262144]
     #[arg(long, env = "SLUICE_MAX_PAYLOAD_BYTES")]
+    #[serde(alias = "max_payload_bytes")]
     pub max_payload_bytes: Option<usize>,
     /// Retry delays after the first attempt, comma-separated [default: 5s,5m,30m,2h,5h,10h,10h]
     #[arg(long, env = "SLUICE_RETRY_SCHEDULE")]
+    #[serde(alias = "retry_schedule")]
     pub retry_schedule: Option<String>,
     /// SQLite durability: full (fsync every commit) or normal [default: full]
     #[arg(long, env = "SLUICE_SQLITE_SYNCHRONOUS")]
+    #[serde(alias = "sqlite_synchronous")]
     pub sqlite_synchronous: Option<String>,
     /// Log format: text or json [default: text]
     #[arg(long, env = "SLUICE_LOG_FORMAT")]
+    #[serde(alias = "log_format")]
     pub log_format: Option<String>,
+    /// Bound on each database operation before a request answers 503, 100ms–60s [default: 5s]
+    #[arg(long, env = "SLUICE_STORE_DEADLINE")]
+    #[serde(alias = "store_deadline")]
+    pub store_deadline: Option<String>,
+    /// Endpoints with metric series of their own (the busiest by occupancy; the rest add up
+    /// in endpoint="other"), 0–1000 [default: 20]
+    #[arg(long, env = "SLUICE_METRICS_TOP_ENDPOINTS")]
+    #[serde(alias = "metrics_top_endpoints")]
+    pub metrics_top_endpoints: Option<u32>,
+    /// Tenants with an oldest-ready-age series (the longest waiting), 0–1000 [default: 20]
+    #[arg(long, env = "SLUICE_METRICS_TOP_TENANTS")]
+    #[serde(alias = "metrics_top_tenants")]
+    pub metrics_top_tenants: Option<u32>,
+    /// How often a dispatcher writes its heartbeat (load) to the store; a heartbeat older
+    /// than three intervals is stale. Keep it the same across the fleet, 1s–60s [default: 5s]
+    #[arg(long, env = "SLUICE_HEARTBEAT_INTERVAL")]
+    #[serde(alias = "heartbeat_interval")]
+    pub heartbeat_interval: Option<String>,
     /// Operator token (otherwise one is generated on first start and printed once)
     #[arg(
         long = "admin-token",
@@ -287,6 +391,19 @@ pub struct RawSettings {
     )]
     #[serde(skip)]
     pub admin_token: Option<String>,
+    /// An `admin-token` key in the file, refused with a message saying where the token goes.
+    #[arg(skip)]
+    #[serde(
+        default,
+        rename = "admin-token",
+        alias = "admin_token",
+        deserialize_with = "file::refuse_admin_token"
+    )]
+    pub admin_token_in_file: (),
+    /// The console (`/console/`); a `[console]` table in the TOML file.
+    #[command(flatten)]
+    #[serde(default)]
+    pub console: RawConsoleSettings,
 }
 
 impl RawSettings {
@@ -297,6 +414,11 @@ impl RawSettings {
         }
         fill!(
             listen,
+            operator_listen,
+            http_header_timeout,
+            http_body_timeout,
+            http_idle_timeout,
+            http_max_connections,
             data_dir,
             database_url,
             redis_url,
@@ -309,6 +431,7 @@ impl RawSettings {
             lane_size,
             lane_deadline,
             lane_share,
+            lane_headroom,
             shed_min_delay,
             shed_max_delay,
             latency_ceiling,
@@ -319,19 +442,22 @@ impl RawSettings {
             max_payload_bytes,
             retry_schedule,
             sqlite_synchronous,
-            log_format
+            log_format,
+            store_deadline,
+            metrics_top_endpoints,
+            metrics_top_tenants,
+            heartbeat_interval
         );
         if self.allow_network.is_empty() {
             self.allow_network = file.allow_network;
         }
+        self.console = self.console.or(file.console);
         self
     }
 
-    /// Read a TOML settings file.
+    /// Read a TOML settings file (see [`file`]).
     pub fn from_toml_file(path: &std::path::Path) -> Result<RawSettings, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError(vec![format!("cannot read {}: {e}", path.display())]))?;
-        toml::from_str(&text).map_err(|e| ConfigError(vec![format!("{}: {e}", path.display())]))
+        file::read(path)
     }
 
     /// Validate everything, reporting every bad value at once.
@@ -369,6 +495,33 @@ impl RawSettings {
         );
         d.drain_grace = duration("drain-grace", &self.drain_grace, d.drain_grace);
         d.retention = duration("retention", &self.retention, d.retention);
+        let mut http = ListenerSettings::default();
+        http.header_read_timeout = duration(
+            "http-header-timeout",
+            &self.http_header_timeout,
+            http.header_read_timeout,
+        );
+        http.body_read_timeout = duration(
+            "http-body-timeout",
+            &self.http_body_timeout,
+            http.body_read_timeout,
+        );
+        http.idle_timeout = duration(
+            "http-idle-timeout",
+            &self.http_idle_timeout,
+            http.idle_timeout,
+        );
+        let store_deadline = duration(
+            "store-deadline",
+            &self.store_deadline,
+            DEFAULT_STORE_DEADLINE,
+        );
+        d.heartbeat_interval = duration(
+            "heartbeat-interval",
+            &self.heartbeat_interval,
+            d.heartbeat_interval,
+        );
+        let heartbeat_interval = d.heartbeat_interval;
 
         let check = |ok: bool, errors: &mut Vec<String>, msg: String| {
             if !ok {
@@ -400,10 +553,54 @@ impl RawSettings {
             ),
         );
         check(
+            (Duration::from_millis(100)..=Duration::from_secs(60)).contains(&store_deadline),
+            &mut errors,
+            format!("store-deadline: {store_deadline:?} must be 100ms–60s"),
+        );
+        check(
+            (Duration::from_secs(1)..=Duration::from_secs(60)).contains(&heartbeat_interval),
+            &mut errors,
+            format!("heartbeat-interval: {heartbeat_interval:?} must be 1s–60s"),
+        );
+        let mut metrics = MetricsSettings::default();
+        for (name, value, slot) in [
+            (
+                "metrics-top-endpoints",
+                self.metrics_top_endpoints,
+                &mut metrics.top_endpoints,
+            ),
+            (
+                "metrics-top-tenants",
+                self.metrics_top_tenants,
+                &mut metrics.top_tenants,
+            ),
+        ] {
+            if let Some(n) = value {
+                check(
+                    n <= 1000,
+                    &mut errors,
+                    format!("{name}: {n} must be 0–1000"),
+                );
+                *slot = n as usize;
+            }
+        }
+        check(
             d.retention >= Duration::from_secs(3600),
             &mut errors,
             format!("retention: {:?} must be at least 1h", d.retention),
         );
+        // The breaker states its own ranges; a setting read from a flag is named as the flag.
+        for problem in d.breaker.problems() {
+            let BreakerSettingsError::OutOfRange {
+                field,
+                value,
+                valid,
+            } = problem;
+            errors.push(format!(
+                "{}: {value} is outside {valid}",
+                field.replace('_', "-")
+            ));
+        }
         match ShedSettings::try_new(shed_min, shed_max) {
             Ok(s) => d.shed = s,
             Err(e) => errors.push(format!("shed delays: {e}")),
@@ -424,6 +621,14 @@ impl RawSettings {
                 format!("lane-size: {n} must be 1–10000"),
             );
             d.lane_size = n;
+        }
+        if let Some(h) = self.lane_headroom {
+            check(
+                (1.0..=10.0).contains(&h),
+                &mut errors,
+                format!("lane-headroom: {h} must be 1–10"),
+            );
+            d.lane_headroom = h;
         }
         if let Some(s) = self.lane_share {
             check(
@@ -456,6 +661,36 @@ impl RawSettings {
                     self.listen.unwrap_or_default()
                 ));
                 "127.0.0.1:8080".parse().expect("literal address")
+            }
+        };
+        for (name, v, max) in [
+            ("http-header-timeout", http.header_read_timeout, 300),
+            ("http-body-timeout", http.body_read_timeout, 600),
+            ("http-idle-timeout", http.idle_timeout, 3600),
+        ] {
+            check(
+                v >= Duration::from_millis(100) && v <= Duration::from_secs(max),
+                &mut errors,
+                format!("{name}: {v:?} must be 100ms–{max}s"),
+            );
+        }
+        if let Some(n) = self.http_max_connections {
+            check(
+                (1..=1_000_000).contains(&n),
+                &mut errors,
+                format!("http-max-connections: {n} must be 1–1000000"),
+            );
+            http.max_connections = n;
+        }
+        let operator_listen = match self.operator_listen.as_deref().map(str::parse) {
+            None => None,
+            Some(Ok(a)) => Some(a),
+            Some(Err(_)) => {
+                errors.push(format!(
+                    "operator-listen: {:?} is not an address like 127.0.0.1:9090",
+                    self.operator_listen.clone().unwrap_or_default()
+                ));
+                None
             }
         };
         let role = self.role.unwrap_or(Role::All);
@@ -514,11 +749,14 @@ impl RawSettings {
                 "admin-token: must be at least 16 characters".into(),
             );
         }
+        let console = self.console.validate(&mut errors);
         if !errors.is_empty() {
             return Err(ConfigError(errors));
         }
         Ok(Config {
             listen,
+            operator_listen,
+            http,
             data_dir: self
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from("sluice-data")),
@@ -530,6 +768,9 @@ impl RawSettings {
             sqlite_synchronous_full,
             log_json,
             dispatch: d,
+            console,
+            store_deadline,
+            metrics,
         })
     }
 }
@@ -539,28 +780,16 @@ impl RawSettings {
 #[error("invalid configuration:\n  {}", .0.join("\n  "))]
 pub struct ConfigError(pub Vec<String>);
 
-/// Parse `500ms`, `3s`, `5m`, `2h`, `5d` (a bare number is refused: units are required).
+/// Parse a duration with units: `500ms`, `3s`, `5m`, `2h`, `5d`, `1h30m` (humantime's syntax; a
+/// bare number is refused: units are required), at most a year.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("{text:?} needs a unit (ms, s, m, h, d)"))?;
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 3s or 500ms"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        "d" => value * 86400.0,
-        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m, h, d)")),
-    };
-    if !(0.0..=365.0 * 86400.0).contains(&seconds) {
-        return Err(format!("{text:?} is out of range"));
+    let duration =
+        humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration: {e}"))?;
+    if duration > Duration::from_secs(365 * 86_400) {
+        return Err(format!("{text:?} is out of range (at most a year)"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(duration)
 }
 
 /// Parse `512`, `auto` or `auto:64-2048`.
@@ -591,6 +820,182 @@ pub fn parse_concurrency(text: &str) -> Result<Concurrency, String> {
     }
 }
 
+// ---- the console (`/console/`): portal links, sessions, framing ------------------------------
+
+/// The console's settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSettings {
+    /// How long a portal link can be opened (it also works only once); 1m–7d.
+    pub link_ttl: Duration,
+    /// How long a console session lasts after sign-in; 5m–30d.
+    pub session_ttl: Duration,
+    /// The CSP `frame-ancestors` value: `'none'` (the default; also `X-Frame-Options: DENY`),
+    /// `'self'`, or space-separated origins allowed to embed the portal.
+    pub frame_ancestors: String,
+    /// Mark the console's cookies `Secure` (and `__Host-`); browsers keep Secure cookies from
+    /// `http://localhost` and `http://127.0.0.1`, so only plain HTTP elsewhere needs `false`.
+    pub secure_cookies: bool,
+    /// Key signing the session cookies (at least 32 characters); without it one is generated
+    /// and kept in the store's settings, shared by every process on that store.
+    pub cookie_key: Option<String>,
+    /// Public base URL of the console's host for portal links (`https://hooks.example.com`);
+    /// without it links use the Host of the request that created them.
+    pub public_url: Option<String>,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        Self {
+            link_ttl: Duration::from_secs(15 * 60),
+            session_ttl: Duration::from_secs(8 * 3600),
+            frame_ancestors: "'none'".to_owned(),
+            secure_cookies: true,
+            cookie_key: None,
+            public_url: None,
+        }
+    }
+}
+
+/// The console's raw settings (flags `--console-…`, variables `SLUICE_CONSOLE_…`; in the file,
+/// keys of a `[console]` table without the prefix: `link-ttl`).
+#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RawConsoleSettings {
+    /// How long a portal link can be opened, once [default: 15m]
+    #[arg(long = "console-link-ttl", env = "SLUICE_CONSOLE_LINK_TTL")]
+    #[serde(alias = "link_ttl")]
+    pub link_ttl: Option<String>,
+    /// How long a console session lasts [default: 8h]
+    #[arg(long = "console-session-ttl", env = "SLUICE_CONSOLE_SESSION_TTL")]
+    #[serde(alias = "session_ttl")]
+    pub session_ttl: Option<String>,
+    /// Who may frame the portal: 'none', 'self' or origins like https://app.example.com [default: 'none']
+    #[arg(
+        long = "console-frame-ancestors",
+        env = "SLUICE_CONSOLE_FRAME_ANCESTORS"
+    )]
+    #[serde(alias = "frame_ancestors")]
+    pub frame_ancestors: Option<String>,
+    /// Secure (HTTPS-only) console cookies: true or false [default: true]
+    #[arg(long = "console-secure-cookies", env = "SLUICE_CONSOLE_SECURE_COOKIES")]
+    #[serde(alias = "secure_cookies")]
+    pub secure_cookies: Option<bool>,
+    /// Key signing console session cookies, at least 32 characters [default: generated, kept in the store]
+    #[arg(
+        long = "console-cookie-key",
+        env = "SLUICE_CONSOLE_COOKIE_KEY",
+        hide_env_values = true
+    )]
+    #[serde(alias = "cookie_key")]
+    pub cookie_key: Option<String>,
+    /// Public base URL for portal links, e.g. https://hooks.example.com [default: the request's Host]
+    #[arg(long = "console-public-url", env = "SLUICE_CONSOLE_PUBLIC_URL")]
+    #[serde(alias = "public_url")]
+    pub public_url: Option<String>,
+}
+
+impl RawConsoleSettings {
+    /// Fill every unset field of `self` from `file`.
+    pub fn or(self, file: RawConsoleSettings) -> RawConsoleSettings {
+        RawConsoleSettings {
+            link_ttl: self.link_ttl.or(file.link_ttl),
+            session_ttl: self.session_ttl.or(file.session_ttl),
+            frame_ancestors: self.frame_ancestors.or(file.frame_ancestors),
+            secure_cookies: self.secure_cookies.or(file.secure_cookies),
+            cookie_key: self.cookie_key.or(file.cookie_key),
+            public_url: self.public_url.or(file.public_url),
+        }
+    }
+
+    /// Validate, adding every bad value to `errors`.
+    pub fn validate(self, errors: &mut Vec<String>) -> ConsoleSettings {
+        let mut c = ConsoleSettings::default();
+        let mut bounded =
+            |name: &str, text: &Option<String>, min: u64, max: u64, into: &mut Duration| {
+                let Some(text) = text else { return };
+                match parse_duration(text) {
+                    Ok(d) if (min..=max).contains(&d.as_secs()) => *into = d,
+                    Ok(d) => {
+                        errors.push(format!("{name}: {d:?} must be between {min} s and {max} s"))
+                    }
+                    Err(e) => errors.push(format!("{name}: {e}")),
+                }
+            };
+        bounded(
+            "console-link-ttl",
+            &self.link_ttl,
+            60,
+            7 * 86400,
+            &mut c.link_ttl,
+        );
+        bounded(
+            "console-session-ttl",
+            &self.session_ttl,
+            300,
+            30 * 86400,
+            &mut c.session_ttl,
+        );
+        if let Some(text) = &self.frame_ancestors {
+            match parse_frame_ancestors(text) {
+                Ok(v) => c.frame_ancestors = v,
+                Err(e) => errors.push(format!("console-frame-ancestors: {e}")),
+            }
+        }
+        c.secure_cookies = self.secure_cookies.unwrap_or(true);
+        if let Some(key) = self.cookie_key {
+            if key.len() < 32 {
+                errors.push("console-cookie-key: must be at least 32 characters".into());
+            }
+            c.cookie_key = Some(key);
+        }
+        if let Some(u) = self.public_url {
+            let trimmed = u.trim_end_matches('/');
+            match url::Url::parse(trimmed) {
+                Ok(p) if matches!(p.scheme(), "http" | "https")
+                    && p.host().is_some()
+                    && p.query().is_none()
+                    && p.fragment().is_none() => c.public_url = Some(trimmed.to_owned()),
+                _ => errors.push(format!(
+                    "console-public-url: {u:?} must be an http(s) URL like https://hooks.example.com"
+                )),
+            }
+        }
+        c
+    }
+}
+
+/// Check a `frame-ancestors` value: `'none'`, `'self'`, or sources like `https://app.example.com`
+/// or `https://*.example.com` (no paths, quotes or separators that could break the header).
+pub fn parse_frame_ancestors(text: &str) -> Result<String, String> {
+    let sources: Vec<&str> = text.split_whitespace().collect();
+    if sources.is_empty() {
+        return Err("empty: use 'none', 'self' or origins".into());
+    }
+    if sources.len() == 1 && sources[0] == "'none'" {
+        return Ok("'none'".into());
+    }
+    for s in &sources {
+        if *s == "'self'" {
+            continue;
+        }
+        let rest = s
+            .strip_prefix("https://")
+            .or_else(|| s.strip_prefix("http://"))
+            .ok_or_else(|| format!("{s:?}: expected 'none', 'self' or an http(s) origin"))?;
+        let host = rest.strip_prefix("*.").unwrap_or(rest);
+        let ok = !host.is_empty()
+            && host.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
+            });
+        if !ok {
+            return Err(format!(
+                "{s:?}: an origin is scheme://host[:port], nothing more"
+            ));
+        }
+    }
+    Ok(sources.join(" "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,7 +1005,9 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert!(parse_duration("3").is_err());
+        assert!(parse_duration("400d").is_err());
         assert!(parse_duration("3 parsecs").is_err());
     }
 
@@ -613,6 +1020,21 @@ mod tests {
         );
         assert!(parse_concurrency("0").is_err());
         assert!(parse_concurrency("auto:9-3").is_err());
+    }
+
+    #[test]
+    fn the_breaker_decides_its_own_ranges() {
+        let raw = |ceiling: &str| RawSettings {
+            latency_ceiling: Some(ceiling.into()),
+            ..Default::default()
+        };
+        let refused = raw("5h").validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("latency-ceiling: 18000s is outside 1 ms..=1 h"),
+            "{refused}"
+        );
+        assert!(raw("1h").validate().is_ok());
+        assert!(raw("1ms").validate().is_ok());
     }
 
     #[test]
@@ -651,6 +1073,91 @@ mod tests {
         };
         let err = raw.validate().unwrap_err();
         assert!(err.0[0].starts_with("lease-ttl"), "{err}");
+    }
+
+    #[test]
+    fn console_settings_are_checked() {
+        let mut errors = Vec::new();
+        let raw = RawConsoleSettings {
+            link_ttl: Some("5s".into()),
+            frame_ancestors: Some("https://app.example.com/path; script-src *".into()),
+            cookie_key: Some("short".into()),
+            public_url: Some("ftp://x".into()),
+            ..Default::default()
+        };
+        raw.validate(&mut errors);
+        assert_eq!(errors.len(), 4, "{errors:?}");
+        assert_eq!(
+            parse_frame_ancestors("'self'  https://*.example.com").as_deref(),
+            Ok("'self' https://*.example.com")
+        );
+        assert!(parse_frame_ancestors("'none' https://a.example").is_err());
+        let ok = RawConsoleSettings::default().validate(&mut errors);
+        assert_eq!(ok, ConsoleSettings::default());
+        let file: RawSettings = toml::from_str("[console]\nlink_ttl = \"5m\"\n").expect("toml");
+        let c = RawSettings::default().or(file).validate().expect("valid");
+        assert_eq!(c.console.link_ttl, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn http_listener_settings_are_checked_together() {
+        let raw = RawSettings {
+            http_header_timeout: Some("50ms".into()),
+            http_body_timeout: Some("11m".into()),
+            http_idle_timeout: Some("2".into()),
+            http_max_connections: Some(0),
+            operator_listen: Some("nowhere".into()),
+            ..Default::default()
+        };
+        let err = raw.validate().unwrap_err();
+        for needle in [
+            "http-header-timeout",
+            "http-body-timeout",
+            "http-idle-timeout",
+            "http-max-connections",
+            "operator-listen",
+        ] {
+            assert!(
+                err.0.iter().any(|e| e.starts_with(needle)),
+                "{needle}: {err}"
+            );
+        }
+        let c = RawSettings {
+            http_header_timeout: Some("1s".into()),
+            http_max_connections: Some(20),
+            operator_listen: Some("127.0.0.1:9090".into()),
+            ..Default::default()
+        }
+        .validate()
+        .expect("valid");
+        assert_eq!(c.http.header_read_timeout, Duration::from_secs(1));
+        assert_eq!(c.http.max_connections, 20);
+        assert_eq!(c.http.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.operator_listen, Some("127.0.0.1:9090".parse().unwrap()));
+    }
+
+    #[test]
+    fn store_deadline_has_a_range() {
+        for (text, ok) in [
+            ("5s", true),
+            ("100ms", true),
+            ("60s", true),
+            ("50ms", false),
+        ] {
+            let raw = RawSettings {
+                store_deadline: Some(text.into()),
+                ..Default::default()
+            };
+            match raw.validate() {
+                Ok(c) => assert!(ok, "{text} accepted as {:?}", c.store_deadline),
+                Err(e) => assert!(!ok && e.0[0].starts_with("store-deadline"), "{text}: {e}"),
+            }
+        }
+        let raw = RawSettings {
+            store_deadline: Some("2m".into()),
+            ..Default::default()
+        };
+        assert!(raw.validate().is_err());
     }
 
     #[test]

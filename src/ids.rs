@@ -1,4 +1,5 @@
-//! Identifiers: sortable, prefixed public ids (`msg_…`, `ep_…`, `ten_…`), tokens and lease tokens.
+//! Identifiers: sortable, prefixed public ids (`msg_…`, `ep_…`, `ten_…`), the public form of
+//! the store's numbered rows (`dlv_…` deliveries, `att_…` attempts), tokens and lease tokens.
 
 use rand::Rng;
 use sha2::{Digest, Sha256};
@@ -6,19 +7,68 @@ use sha2::{Digest, Sha256};
 const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
 
 /// A new id: `prefix_` + 10 characters of millisecond time + 16 random characters (base32),
-/// so ids sort by creation time and never collide in practice.
+/// so ids sort by creation time and never collide in practice. Within one process they are
+/// strictly increasing: an id made in the same millisecond as the last one (or while the clock
+/// stands behind it) takes the last one's random part plus one, so "newest first" is the order
+/// in which this process made them.
 pub fn new_id(prefix: &str) -> String {
+    static LAST: std::sync::Mutex<(u64, u128)> = std::sync::Mutex::new((0, 0));
+    const RANDOM_BITS: u32 = 80;
+    let (ms, random) = {
+        let now = crate::clock::now_ms().max(0) as u64;
+        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+        let next = if now > last.0 {
+            (now, rand::rng().random::<u128>() >> (128 - RANDOM_BITS))
+        } else if last.1 + 1 < 1 << RANDOM_BITS {
+            (last.0, last.1 + 1)
+        } else {
+            (last.0 + 1, 0)
+        };
+        *last = next;
+        next
+    };
     let mut out = String::with_capacity(prefix.len() + 27);
     out.push_str(prefix);
     out.push('_');
-    let ms = crate::clock::now_ms().max(0) as u64;
     for i in (0..10).rev() {
         out.push(ALPHABET[((ms >> (i * 5)) & 31) as usize] as char);
     }
-    let mut rng = rand::rng();
-    let bits: u128 = rng.random();
-    for i in 0..16 {
-        out.push(ALPHABET[((bits >> (i * 5)) & 31) as usize] as char);
+    for i in (0..16).rev() {
+        out.push(ALPHABET[((random >> (i * 5)) & 31) as usize] as char);
+    }
+    out
+}
+
+/// Prefix of a delivery's public id.
+pub const DELIVERY: &str = "dlv";
+/// Prefix of an attempt's public id.
+pub const ATTEMPT: &str = "att";
+
+/// The public id of row `n` of a numbered table: `dlv_42`. Deliveries and attempts are numbered
+/// by the store (one index, batched inserts); the prefix says what the number counts, as every
+/// other id does, so an attempt id pasted where a delivery id belongs is a 404, not the wrong row.
+pub fn numbered(prefix: &str, n: i64) -> String {
+    format!("{prefix}_{n}")
+}
+
+/// The row number in `prefix_N`; `None` for anything else (a bare number included).
+pub fn parse_numbered(prefix: &str, id: &str) -> Option<i64> {
+    let digits = id.strip_prefix(prefix)?.strip_prefix('_')?;
+    if digits.is_empty() || digits.len() > 18 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|n| *n > 0)
+}
+
+/// The smallest id [`new_id`] can give `prefix` at `ms` (epoch ms): every id made at or after
+/// `ms` sorts at or above it, so a time range of ids is an index range.
+pub fn time_floor(prefix: &str, ms: i64) -> String {
+    let mut out = String::with_capacity(prefix.len() + 11);
+    out.push_str(prefix);
+    out.push('_');
+    let ms = ms.max(0) as u64;
+    for i in (0..10).rev() {
+        out.push(ALPHABET[((ms >> (i * 5)) & 31) as usize] as char);
     }
     out
 }
@@ -57,6 +107,43 @@ mod tests {
         let b = new_id("msg");
         assert!(a.starts_with("msg_") && a.len() == 30);
         assert!(a < b, "{a} should sort before {b}");
+    }
+
+    /// Ids made in one millisecond still sort in the order they were made (a message log that
+    /// lists newest first lists them as they were posted).
+    #[test]
+    fn ids_made_in_the_same_millisecond_sort_in_order() {
+        let ids: Vec<String> = (0..1_000).map(|_| new_id("msg")).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted, ids);
+    }
+
+    #[test]
+    fn numbered_ids_read_back_and_nothing_else_does() {
+        assert_eq!(numbered(DELIVERY, 42), "dlv_42");
+        assert_eq!(parse_numbered(DELIVERY, "dlv_42"), Some(42));
+        for bad in [
+            "42",
+            "att_42",
+            "dlv_",
+            "dlv_-1",
+            "dlv_0",
+            "dlv_4x",
+            "dlv_99999999999999999999",
+        ] {
+            assert_eq!(parse_numbered(DELIVERY, bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_time_floor_sorts_below_every_later_id_and_above_earlier_ones() {
+        let before = new_id("msg");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let floor = time_floor("msg", crate::clock::now_ms());
+        let after = new_id("msg");
+        assert!(before < floor && floor <= after, "{before} {floor} {after}");
     }
 
     #[test]

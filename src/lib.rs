@@ -5,36 +5,55 @@
 //!
 //! The path of one event, and where each step lives:
 //!
-//! - [`api`]: producers POST messages; tenants manage endpoints and read the evidence.
+//! - [`api`]: producers POST messages; tenants manage endpoints, read the message log and the
+//!   evidence, resend and recover deliveries.
 //! - [`store`]: the durable queue (embedded SQLite or PostgreSQL): messages, one delivery row per
 //!   subscribed endpoint, attempts; leases with fencing tokens.
-//! - [`lease`]: the leaser claims batches as far as free capacity allows, the reaper returns
-//!   expired leases, and drain releases what has not started.
 //! - [`admission`]: per-endpoint lanes (bulkheads with an acquisition deadline), the AIMD
 //!   governor, the latency and error breakers, and fleet-wide lanes in Redis.
-//! - [`delivery`]: the signed HTTP attempt with its timeouts and response classification,
-//!   behind the [`egress`] guard, signed by [`signing`].
+//! - [`delivery`]: the signed HTTP attempt with its timeouts, the endpoint's own headers and
+//!   response classification, behind the [`egress`] guard, signed by [`signing`] (Standard
+//!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519).
 //! - [`retry`]: the backoff schedule, Retry-After, shed delays.
-//! - [`dispatcher`]: claim → admit → deliver → settle, wired together.
+//! - [`dispatcher`]: claim → admit → deliver → settle, wired together: the leaser claims batches
+//!   as far as free capacity allows, the reaper returns expired leases and forgets idle
+//!   endpoints, the auto-sizer follows live load, the heartbeat publishes this dispatcher's load
+//!   to the store, and drain releases what has not started.
+//! - [`notify`]: operational webhooks (an endpoint disabled, throttling, dead letters).
+//! - [`metrics`]: the Prometheus registry (`webhook_deliveries_ok_total`,
+//!   `webhook_deliveries_shed_total`, `delivery_duration_seconds{host}` and the `sluice_` family),
+//!   per-endpoint series for the top-N endpoints by occupancy only, `process_*`.
+//! - [`plan`]: `sluice plan`, sizing from a running sluice's measurements or its store.
+//! - [`receive`]: `sluice receive`, a receiver that prints webhooks and checks their signatures.
+//!
+//! The benchmarks (`sluice bench`, crate `sluice-bench`) and what tests and benchmarks share
+//! (loopback receivers, an in-process harness: crate `sluice-testkit`) live in their own
+//! workspace members, so none of it is compiled into the server.
+//! - [`clock`] and [`ids`]: wall-clock milliseconds and their RFC 3339 form; prefixed ids
+//!   (`dlv_`/`att_` for the store's numbered rows), tokens and their hashes.
 //! - [`stats`]: rolling per-endpoint windows and the evidence arithmetic.
 //! - [`sizing`]: Little's Law, square-root staffing, Erlang C, layout, autoscaling.
+//! - [`server`]: `sluice serve` as a call, and the HTTP listeners' defences against slow, idle and
+//!   too many clients.
 //! - [`config`] and [`cli`]: settings validated once; the thin command line.
+//! - [`console`]: the customer portal and the operator dashboard at `/console/`, server-rendered.
+
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod api;
-pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod delivery;
 pub mod dispatcher;
 pub mod egress;
 pub mod ids;
-pub mod lease;
 pub mod metrics;
 pub mod notify;
 pub mod plan;
-pub mod receivers;
+pub mod receive;
 pub mod retry;
 pub mod server;
 pub mod signing;

@@ -1,9 +1,13 @@
 //! The `sluice` binary: parse the command line and hand over to the library.
 
+#![forbid(unsafe_code)]
+
+use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
-use sluice::cli::{Cli, Command, ReceiveArgs, ServeArgs, SizeArgs};
+use sluice::cli::{BenchArgs, Cli, Command, MigrateArgs, ReceiveArgs, ServeArgs, SizeArgs};
 use sluice::config::{Config, RawSettings};
 use sluice::sizing::{SizeRequest, Surge, WaitTarget};
 
@@ -13,11 +17,14 @@ fn main() -> ExitCode {
         Command::Size(args) => size(args),
         Command::Receive(args) => with_runtime(receive(args)),
         Command::Plan(args) => with_runtime(sluice::plan::run(args)),
-        Command::Bench(args) => with_runtime(sluice::bench::run(args)),
-        Command::Serve(args) => with_runtime(serve(args, false)),
-        Command::Migrate(args) => with_runtime(serve(args, true)),
+        Command::Bench(args) => bench(args),
+        Command::Serve(args) => with_runtime(serve(*args)),
+        Command::Migrate(args) => with_runtime(migrate(args)),
     }
 }
+
+/// Set once the JSON log format is in force: from then on even the last error is a JSON line.
+static JSON_LOGS: AtomicBool = AtomicBool::new(false);
 
 fn with_runtime(f: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -32,6 +39,10 @@ fn with_runtime(f: impl std::future::Future<Output = anyhow::Result<()>>) -> Exi
     };
     match runtime.block_on(f) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if JSON_LOGS.load(Ordering::Acquire) => {
+            tracing::error!(error = %format!("{e:#}"), "sluice stopped");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -39,60 +50,91 @@ fn with_runtime(f: impl std::future::Future<Output = anyhow::Result<()>>) -> Exi
     }
 }
 
-fn load_config(args: ServeArgs) -> anyhow::Result<Config> {
+/// The settings of `sluice serve`: flags and environment over the file over the defaults.
+fn raw_settings(args: ServeArgs) -> anyhow::Result<RawSettings> {
     let file = match &args.config {
         Some(path) => RawSettings::from_toml_file(path)?,
         None => RawSettings::default(),
     };
-    Ok(args.settings.or(file).validate()?)
+    Ok(args.settings.or(file))
 }
 
+/// Logs go to stderr, as text (coloured only on a terminal, and never with `NO_COLOR`) or as
+/// one JSON object per line; `SLUICE_LOG` sets the level and targets (default `info`).
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(colour && !json);
     if json {
         builder.json().init();
+        JSON_LOGS.store(true, Ordering::Release);
     } else {
         builder.init();
     }
 }
 
-async fn serve(args: ServeArgs, migrate_only: bool) -> anyhow::Result<()> {
-    let config = load_config(args)?;
-    init_logging(config.log_json);
-    let store_name = match &config.database_url {
+fn store_name(database_url: Option<&str>, data_dir: &std::path::Path) -> String {
+    match database_url {
         Some(url) => redact(url),
-        None => format!("sqlite {}", config.data_dir.join("sluice.db").display()),
-    };
-    if migrate_only {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        sluice::store::open(
-            config.database_url.as_deref(),
-            &config.data_dir,
-            Default::default(),
-        )
-        .await?;
-        println!("store migrated: {store_name}");
-        return Ok(());
+        None => format!("sqlite {}", data_dir.join("sluice.db").display()),
     }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let raw = raw_settings(args)?;
+    // The format is known before the rest is checked, so even a refused configuration is
+    // reported in it.
+    init_logging(raw.log_format.as_deref() == Some("json"));
+    let config: Config = raw.validate()?;
+    let store = store_name(config.database_url.as_deref(), &config.data_dir);
     let role = config.role;
     let running = sluice::server::start(config).await?;
-    if let Some(addr) = running.addr {
-        println!("sluice listening on http://{addr} (role {role:?}, store {store_name})");
-    } else {
-        println!("sluice dispatcher running (store {store_name})");
+    match running.addr {
+        Some(addr) => tracing::info!(%addr, ?role, %store, "sluice listening on http://{addr}"),
+        None => tracing::info!(?role, %store, "sluice dispatcher running"),
+    }
+    if let Some(addr) = running.operator_addr {
+        tracing::info!(%addr, "operator routes (/metrics, /healthz, /readyz) on http://{addr}");
     }
     if let Some(token) = &running.generated_admin_token {
-        println!("admin token (shown once, stored hashed): {token}");
+        tracing::warn!(
+            admin_token = %token,
+            "generated an admin token, shown only now and stored hashed: keep it, or set \
+             SLUICE_ADMIN_TOKEN to choose one"
+        );
     }
     shutdown_signal().await;
     let report = running.stop().await;
-    eprintln!(
-        "stopped: {} in-flight attempts finished, {} released for redelivery",
-        report.finished, report.released
+    tracing::info!(
+        finished = report.finished,
+        released = report.released,
+        "stopped: in-flight attempts finished, the rest released for redelivery"
+    );
+    Ok(())
+}
+
+/// `sluice migrate`: open the store (which migrates it) and say which.
+async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => RawSettings::from_toml_file(path)?,
+        None => RawSettings::default(),
+    };
+    let database_url = args.database_url.or(file.database_url);
+    let data_dir = args
+        .data_dir
+        .or(file.data_dir)
+        .unwrap_or_else(|| "sluice-data".into());
+    sluice::delivery::install_tls_provider();
+    sluice::store::open(database_url.as_deref(), &data_dir, Default::default())
+        .await
+        .map_err(sluice::server::ServerError::from)?;
+    println!(
+        "store migrated: {}",
+        store_name(database_url.as_deref(), &data_dir)
     );
     Ok(())
 }
@@ -128,6 +170,36 @@ fn redact(url: &str) -> String {
         }
         Err(_) => "database".into(),
     }
+}
+
+/// `sluice bench …` runs `sluice-bench` (built beside this binary by `cargo build --release
+/// --workspace`, or found on PATH) with the same arguments: the benchmarks, their charts and
+/// their receivers are not part of the server.
+fn bench(args: BenchArgs) -> ExitCode {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("sluice-bench")))
+        .filter(|path| path.is_file());
+    let program = beside.unwrap_or_else(|| "sluice-bench".into());
+    let mut command = std::process::Command::new(&program);
+    command.args(&args.args);
+    #[cfg(unix)]
+    let error = {
+        use std::os::unix::process::CommandExt;
+        command.exec()
+    };
+    #[cfg(not(unix))]
+    let error = match command.status() {
+        Ok(status) => return ExitCode::from(status.code().unwrap_or(1) as u8),
+        Err(e) => e,
+    };
+    eprintln!(
+        "error: cannot run {}: {error}\n`sluice bench` runs the separate sluice-bench binary: build it \
+         with `cargo build --release -p sluice-bench` (it lands beside this one) or run \
+         `cargo run --release -p sluice-bench -- <scenario>`",
+        program.display()
+    );
+    ExitCode::FAILURE
 }
 
 fn size(args: SizeArgs) -> ExitCode {
@@ -176,6 +248,6 @@ async fn receive(args: ReceiveArgs) -> anyhow::Result<()> {
         .map(sluice::signing::Secret::parse)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
-    sluice::receivers::print_forever(args.listen, secret).await?;
+    sluice::receive::print_forever(args.listen, secret).await?;
     Ok(())
 }

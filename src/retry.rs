@@ -45,7 +45,7 @@ pub struct RetrySchedule {
 }
 
 impl Default for RetrySchedule {
-    /// DESIGN.md's schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (8 attempts in all), ±20 %.
+    /// 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (8 attempts in all), ±20 %.
     fn default() -> Self {
         const MINUTE: u64 = 60;
         const HOUR: u64 = 3600;

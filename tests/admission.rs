@@ -2,15 +2,15 @@
 //! not delay a fast one, shedding is never an attempt, the latency breaker trips on a slow 200-OK
 //! endpoint, and shed never changes `attempts` whatever the sequence of outcomes.
 
-mod support;
+use sluice_testkit as support;
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::json;
-use sluice::receivers::{self, Behavior};
 use sluice::store::{ClaimRequest, NewMessage, SettleOutcome, Settlement};
-use support::{Sluice, eventually, test_settings};
+use sluice_testkit::receiver::{self, Behavior};
+use support::{ADMIN, Sluice, eventually, test_settings};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -27,10 +27,10 @@ async fn a_slow_lane_sheds_and_does_not_delay_a_fast_lane() {
         ..test_settings()
     })
     .await;
-    let slow = receivers::start(Behavior::Slow(Duration::from_secs(3)), false)
+    let slow = receiver::start(Behavior::Slow(Duration::from_secs(3)), false)
         .await
         .unwrap();
-    let fast = receivers::start(Behavior::Fast, false).await.unwrap();
+    let fast = receiver::start(Behavior::Fast, false).await.unwrap();
     let (tenant, token) = s.tenant("t").await;
     let (slow_ep, _) = s
         .endpoint(
@@ -80,6 +80,7 @@ async fn a_slow_lane_sheds_and_does_not_delay_a_fast_lane() {
         let metrics = s
             .http
             .get(format!("{}/metrics", s.base))
+            .bearer_auth(ADMIN)
             .send()
             .await
             .unwrap()
@@ -110,7 +111,7 @@ async fn a_slow_lane_sheds_and_does_not_delay_a_fast_lane() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_latency_breaker_trips_on_a_slow_200_ok_endpoint() {
     let s = Sluice::start(test_settings()).await;
-    let slow = receivers::start(Behavior::Slow(Duration::from_millis(300)), false)
+    let slow = receiver::start(Behavior::Slow(Duration::from_millis(300)), false)
         .await
         .unwrap();
     let (tenant, token) = s.tenant("t").await;
@@ -174,7 +175,8 @@ proptest! {
                 previous_secret: None, previous_secret_until_ms: None, enabled: true,
                 disabled_reason: None, operational: false, lane_size: None,
                 latency_ceiling_ms: None, connect_timeout_ms: None, read_timeout_ms: None,
-                total_timeout_ms: None, failing_since_ms: None, created_at_ms: now, updated_at_ms: now,
+                total_timeout_ms: None, failing_since_ms: None, headers: Default::default(),
+                created_at_ms: now, updated_at_ms: now,
             };
             store.create_endpoint(&ep).await.unwrap();
             store.enqueue(&[NewMessage {
@@ -187,7 +189,7 @@ proptest! {
                 clock += 1_000;
                 let claimed = store.claim(&ClaimRequest {
                     now_ms: clock, limit: 1, per_endpoint: 1, lease_ms: 60_000,
-                    exclude: vec![], room: vec![], after_endpoint: None,
+                    exclude: vec![], room: vec![],
                 }).await.unwrap();
                 prop_assert_eq!(claimed.len(), 1);
                 let c = &claimed[0];

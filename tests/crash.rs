@@ -1,14 +1,14 @@
 //! Process-level safety: the real `sluice` binary killed with SIGKILL mid-delivery loses nothing,
 //! and SIGTERM drains (nothing left leased, nothing lost).
 
-mod support;
+use sluice_testkit as support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::receivers::{self, Behavior};
 use sluice::store::{DeliveryFilter, DeliveryState, Store};
+use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, eventually, free_port};
 
 fn spawn(data: &std::path::Path, port: u16) -> Child {
@@ -75,7 +75,7 @@ async fn sigkill_mid_delivery_loses_nothing() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let http = support::http();
-    let rx = receivers::start(Behavior::Slow(Duration::from_millis(700)), true)
+    let rx = receiver::start(Behavior::Slow(Duration::from_millis(700)), true)
         .await
         .unwrap();
 
@@ -145,7 +145,7 @@ async fn sigterm_drains_leaving_nothing_leased_and_nothing_lost() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let http = support::http();
-    let rx = receivers::start(Behavior::Slow(Duration::from_millis(1500)), true)
+    let rx = receiver::start(Behavior::Slow(Duration::from_millis(1500)), true)
         .await
         .unwrap();
     let mut child = spawn(dir.path(), port);

@@ -1,12 +1,12 @@
 //! The delivery engine end to end: real servers, real receivers on loopback, never mocks.
 
-mod support;
+use sluice_testkit as support;
 
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::receivers::{self, Behavior};
 use sluice::signing::{self, Secret};
+use sluice_testkit::receiver::{self, Behavior};
 use support::{Sluice, eventually, test_settings};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -18,7 +18,7 @@ async fn delivery_of(s: &Sluice, token: &str, msg: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_arrives_signed_and_is_recorded_as_delivered() {
     let s = Sluice::start(test_settings()).await;
-    let rx = receivers::start(Behavior::Fast, true).await.unwrap();
+    let rx = receiver::start(Behavior::Fast, true).await.unwrap();
     let (_, token) = s.tenant("acme").await;
     let (_, secret) = s.endpoint(&token, &rx.url(), json!({})).await;
     let msg = s.send(&token, "order.created", json!({"order": 42})).await;
@@ -61,7 +61,7 @@ async fn a_message_arrives_signed_and_is_recorded_as_delivered() {
     let log = s
         .running
         .store
-        .attempts(&tenant, d["id"].as_i64().unwrap())
+        .attempts(&tenant, row(&d["id"]))
         .await
         .unwrap();
     assert_eq!(log.len(), 1);
@@ -81,7 +81,7 @@ async fn a_message_arrives_signed_and_is_recorded_as_delivered() {
         });
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/support/verify_standardwebhooks.py"
+            "/tests/verify_standardwebhooks.py"
         );
         let mut child = std::process::Command::new(python)
             .arg(script)
@@ -106,6 +106,16 @@ async fn a_message_arrives_signed_and_is_recorded_as_delivered() {
     s.running.stop().await;
 }
 
+/// An instant field of a JSON answer, as epoch ms.
+fn instant(v: &serde_json::Value) -> i64 {
+    sluice::clock::parse_rfc3339(v.as_str().expect("an RFC 3339 string")).expect("RFC 3339")
+}
+
+/// The store's row number of a delivery's `dlv_…` id.
+fn row(v: &serde_json::Value) -> i64 {
+    sluice::ids::parse_numbered(sluice::ids::DELIVERY, v.as_str().expect("id")).expect("dlv_ id")
+}
+
 async fn support_tenant(s: &Sluice, token: &str) -> String {
     s.running
         .store
@@ -128,8 +138,8 @@ async fn a_dead_endpoint_cannot_eat_the_pool() {
         ..test_settings()
     })
     .await;
-    let dead = receivers::start(Behavior::Blackhole, false).await.unwrap();
-    let healthy = receivers::start(Behavior::Fast, true).await.unwrap();
+    let dead = receiver::start(Behavior::Blackhole, false).await.unwrap();
+    let healthy = receiver::start(Behavior::Fast, true).await.unwrap();
     let (_, dead_token) = s.tenant("dead").await;
     let (_, ok_token) = s.tenant("healthy").await;
     s.endpoint(&dead_token, &dead.url(), json!({})).await;
@@ -173,14 +183,14 @@ async fn a_dead_endpoint_cannot_eat_the_pool() {
     let d = delivery_of(&s, &dead_token, &dead_msgs[0]).await;
     assert_eq!(d["state"], "ready", "{d}");
     assert_eq!(d["last_error"], "timeout_read", "{d}");
-    assert!(d["visible_at_ms"].as_i64().unwrap() > d["updated_at_ms"].as_i64().unwrap());
+    assert!(instant(&d["next_attempt_at"]) > instant(&d["updated_at"]));
     s.running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_pauses_the_endpoint_and_schedules_the_retry() {
     let s = Sluice::start(test_settings()).await;
-    let rx = receivers::start(Behavior::Throttle { retry_after_s: 30 }, false)
+    let rx = receiver::start(Behavior::Throttle { retry_after_s: 30 }, false)
         .await
         .unwrap();
     let (_, token) = s.tenant("t").await;
@@ -196,7 +206,7 @@ async fn retry_after_pauses_the_endpoint_and_schedules_the_retry() {
     let d = delivery_of(&s, &token, &first).await;
     assert_eq!(d["state"], "ready");
     assert_eq!(d["last_status"], 429);
-    let wait_ms = d["visible_at_ms"].as_i64().unwrap() - d["updated_at_ms"].as_i64().unwrap();
+    let wait_ms = instant(&d["next_attempt_at"]) - instant(&d["updated_at"]);
     assert!(
         wait_ms >= 29_000,
         "retry scheduled after Retry-After, got {wait_ms} ms"
@@ -214,7 +224,7 @@ async fn retry_after_pauses_the_endpoint_and_schedules_the_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gone_disables_the_endpoint_and_holds_its_deliveries() {
     let s = Sluice::start(test_settings()).await;
-    let rx = receivers::start(
+    let rx = receiver::start(
         Behavior::FailFirst {
             fail_first: 1,
             status: 410,
@@ -264,8 +274,8 @@ async fn gone_disables_the_endpoint_and_holds_its_deliveries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_are_not_followed_and_large_bodies_are_truncated() {
     let s = Sluice::start(test_settings()).await;
-    let redirect = receivers::start(Behavior::Redirect, false).await.unwrap();
-    let large = receivers::start(Behavior::Oversized(200_000), false)
+    let redirect = receiver::start(Behavior::Redirect, false).await.unwrap();
+    let large = receiver::start(Behavior::Oversized(200_000), false)
         .await
         .unwrap();
     let (tenant, token) = s.tenant("t").await;
@@ -291,7 +301,7 @@ async fn redirects_are_not_followed_and_large_bodies_are_truncated() {
     let log = s
         .running
         .store
-        .attempts(&tenant, d["id"].as_i64().unwrap())
+        .attempts(&tenant, row(&d["id"]))
         .await
         .unwrap();
     assert_eq!(log[0].response.as_ref().unwrap().len(), 64 * 1024);
@@ -322,29 +332,15 @@ async fn refused_destinations_are_clear_errors_and_never_attempted() {
     }
     // A row that slipped past creation (e.g. DNS changed) is refused at delivery time and
     // dead-lettered without retrying.
-    let rx = receivers::start(Behavior::Fast, false).await.unwrap();
+    let rx = receiver::start(Behavior::Fast, false).await.unwrap();
     let now = sluice::clock::now_ms();
-    let endpoint = sluice::store::Endpoint {
-        id: sluice::ids::new_id("ep"),
-        tenant_id: tenant.clone(),
-        url: format!("http://localhost:{}/hook", rx.addr.port()),
-        description: String::new(),
-        event_types: vec![],
-        secret: Secret::generate().to_string(),
-        previous_secret: None,
-        previous_secret_until_ms: None,
-        enabled: true,
-        disabled_reason: None,
-        operational: false,
-        lane_size: None,
-        latency_ceiling_ms: None,
-        connect_timeout_ms: None,
-        read_timeout_ms: None,
-        total_timeout_ms: None,
-        failing_since_ms: None,
-        created_at_ms: now,
-        updated_at_ms: now,
-    };
+    let endpoint = sluice::store::Endpoint::new(
+        sluice::ids::new_id("ep"),
+        tenant.clone(),
+        format!("http://localhost:{}/hook", rx.addr.port()),
+        Secret::generate().to_string(),
+        now,
+    );
     s.running.store.create_endpoint(&endpoint).await.unwrap();
     let msg = s.send(&token, "e", json!({})).await;
     assert!(

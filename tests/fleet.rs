@@ -4,7 +4,7 @@
 //! Without a `redis-server` binary the tests are skipped loudly, unless
 //! `SLUICE_REQUIRE_SERVICES=1`, where that is a failure. `SLUICE_REDIS_SERVER` may name the binary.
 
-mod support;
+use sluice_testkit as support;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -326,6 +326,55 @@ async fn live_dispatchers_divide_the_local_share() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(lanes.iter().all(|l| l.local_share(8) == 4));
+}
+
+/// A Redis that restarts empty knows only the dispatchers that beat since: the first to beat
+/// must not count itself alone (its local share would become the whole allowance while the
+/// others' outage-share attempts still run: a fleet of 3 on a lane of 3 reached 4 in flight).
+#[tokio::test]
+async fn a_restarted_redis_does_not_shrink_the_live_count() {
+    let Some(mut server) = RedisServer::start().await else {
+        return;
+    };
+    let mut lanes = Vec::new();
+    for i in 0..3 {
+        lanes.push(fleet(&server, &format!("restart-{i}")).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while lanes.iter().any(|l| l.live_dispatchers() != 3) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lanes.iter().all(|l| l.live_dispatchers() == 3));
+    server.stop();
+    // Every handle notices the outage (a beat fails within a heartbeat and the Redis timeout).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while lanes.iter().any(|l| !l.is_degraded()) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lanes.iter().all(FleetLanes::is_degraded));
+    server.restart().await;
+    // Watch every handle from the restart until all are back and a few beats have passed.
+    let mut lowest = u32::MAX;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut back_at = None;
+    while Instant::now() < deadline {
+        for lane in &lanes {
+            lowest = lowest.min(lane.live_dispatchers());
+        }
+        if back_at.is_none() && lanes.iter().all(|l| !l.is_degraded()) {
+            back_at = Some(Instant::now());
+        }
+        if back_at.is_some_and(|at| at.elapsed() > Duration::from_millis(500)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(back_at.is_some(), "the handles did not see Redis return");
+    assert_eq!(
+        lowest, 3,
+        "a handle counted fewer live dispatchers after the restart"
+    );
+    assert!(lanes.iter().all(|l| l.local_share(3) == 1));
 }
 
 /// Collects what the fmt subscriber writes, to count the degrade/restore log lines.

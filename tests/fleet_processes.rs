@@ -2,13 +2,13 @@
 //! never sees more concurrent requests than the endpoint's lane. Redis stopped mid-run: still
 //! bounded by the local shares, nothing lost; started again: back to fleet lanes.
 
-mod support;
+use sluice_testkit as support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::receivers::{self, Behavior};
+use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, eventually, free_port};
 
 struct Killed(Vec<Child>);
@@ -80,7 +80,7 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let rx = receivers::start(Behavior::Slow(Duration::from_millis(300)), true)
+    let rx = receiver::start(Behavior::Slow(Duration::from_millis(300)), true)
         .await
         .unwrap();
     let api_port = free_port();
@@ -177,4 +177,55 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
         "three processes together exceeded the lane of 3: peaks before {peak_before}, \
          during the outage {peak_outage}, after {peak_after}"
     );
+}
+
+/// A dispatcher-only process serves the operator routes on its `--listen` address (so every
+/// role can be probed and scraped) and none of the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_process_serves_health_and_metrics_on_its_listen_address() {
+    let Some(db) = support::fresh_postgres().await else {
+        return;
+    };
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "serve",
+            "--role",
+            "dispatcher",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            &db,
+        ])
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .env("SLUICE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sluice");
+    let _guard = Killed(vec![child]);
+    let base = format!("http://127.0.0.1:{port}");
+    let http = support::http();
+    let get = |path: &'static str| {
+        let http = http.clone();
+        let url = format!("{base}{path}");
+        async move { http.get(url).send().await }
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            get("/healthz").await.is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "the dispatcher never answered /healthz on its --listen address"
+    );
+    assert_eq!(get("/readyz").await.expect("readyz").status(), 200);
+    let metrics = get("/metrics").await.expect("metrics");
+    assert_eq!(metrics.status(), 200);
+    let text = metrics.text().await.expect("metrics text");
+    assert!(text.contains("sluice_in_flight"), "{text}");
+    for path in ["/v1/messages", "/v1/tenants", "/openapi.json"] {
+        let r = get(path).await.expect("answer");
+        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(r.headers()["content-type"], "application/problem+json");
+    }
 }

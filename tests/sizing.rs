@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use sluice::config::RawSettings;
 use sluice::plan::{self, Measurements, PlanArgs, PlanOptions, Scrape, from_scrapes};
-use sluice::receivers::{self, Behavior};
 use sluice::sizing::signal::{ScaleDirection, ScaleLimit, scale_signal};
 use sluice::sizing::{ScalingPolicy, ScalingSettings};
+use sluice_testkit::receiver::{self, Behavior};
 
 const ADMIN: &str = "sk_admin_sizing_test_token";
 const MESSAGES: usize = 12;
@@ -47,7 +47,7 @@ async fn plan_measures_a_running_sluice_from_its_metrics_and_store() {
     let running = sluice::server::start(settings.validate().expect("valid config"))
         .await
         .expect("sluice starts");
-    let receiver = receivers::start(Behavior::Slow(Duration::from_millis(200)), false)
+    let receiver = receiver::start(Behavior::Slow(Duration::from_millis(200)), false)
         .await
         .expect("receiver");
     let base = format!("http://{}", running.addr.expect("api address"));
@@ -67,7 +67,9 @@ async fn plan_measures_a_running_sluice_from_its_metrics_and_store() {
         "id",
     );
 
-    let before = plan::scrape(&client, &metrics_url).await.expect("scrape");
+    let before = plan::scrape(&client, &metrics_url, Some(ADMIN))
+        .await
+        .expect("scrape");
     let started = Instant::now();
     for i in 0..MESSAGES {
         let body = format!(r#"{{"event_type":"order.created","payload":{{"n":{i}}}}}"#);
@@ -76,7 +78,9 @@ async fn plan_measures_a_running_sluice_from_its_metrics_and_store() {
     // Wait (not a timing assertion) until every attempt has been settled and counted.
     let deadline = Instant::now() + Duration::from_secs(60);
     let after = loop {
-        let now = plan::scrape(&client, &metrics_url).await.expect("scrape");
+        let now = plan::scrape(&client, &metrics_url, Some(ADMIN))
+            .await
+            .expect("scrape");
         let done = now.sum("webhook_service_seconds_count").unwrap_or(0.0)
             - before.sum("webhook_service_seconds_count").unwrap_or(0.0);
         if done >= MESSAGES as f64 {
@@ -119,6 +123,7 @@ async fn plan_measures_a_running_sluice_from_its_metrics_and_store() {
 
     // The store alone: the same attempts, read through the Store trait.
     let mut args = PlanArgs::for_metrics(metrics_url.clone(), 0.2);
+    args.admin_token = Some(ADMIN.into());
     args.metrics_url = None;
     args.data_dir = Some(dir.path().to_path_buf());
     let from_store = plan::measure(&args).await.expect("store plan");

@@ -299,6 +299,11 @@ impl Breaker {
         self.errors.snapshot(now)
     }
 
+    /// Did nothing reach either window within its span at `now`?
+    pub fn is_idle(&self, now: Instant) -> bool {
+        self.latency.is_idle(now) && self.errors.is_idle(now)
+    }
+
     fn measure(&mut self, now: Instant, duration: Duration, failed: bool) {
         self.latency.record_attempt(now, duration, !failed);
         self.errors.record_attempt(now, duration, !failed);

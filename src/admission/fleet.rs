@@ -26,6 +26,7 @@
 //! heartbeat task probes about once a second and flips back when Redis answers. Both changes are
 //! logged once. Nothing is lost either way: a shed delivery is requeued by the caller.
 
+pub mod mode;
 mod scripts;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -155,6 +156,9 @@ struct Inner {
     next_holder: AtomicU64,
     live_dispatchers: AtomicU32,
     degraded: AtomicBool,
+    /// When Redis last answered again after an outage; until one live-entry ttl has passed the
+    /// live count may only grow (see [`Inner::beat`]).
+    recovered_at: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for FleetLanes {
@@ -192,6 +196,7 @@ impl FleetLanes {
             next_holder: AtomicU64::new(0),
             live_dispatchers: AtomicU32::new(1),
             degraded: AtomicBool::new(false),
+            recovered_at: std::sync::Mutex::new(None),
         });
         // The first beat is awaited (bounded) so the live count and the mode are known at once.
         inner.beat().await;
@@ -299,6 +304,12 @@ impl Inner {
     }
 
     /// Renew this dispatcher's live entry and refresh the live count.
+    ///
+    /// A Redis that comes back after an outage may have restarted empty: it then knows only the
+    /// dispatchers that beat since, and the first to beat would count itself alone, take the
+    /// whole allowance as its local share and admit it through Redis while the others' attempts
+    /// admitted under their outage shares still run. So for one live-entry ttl after a recovery
+    /// (time for every live dispatcher to register again) the count only grows.
     async fn beat(&self) {
         let entry_ttl = self.settings.heartbeat * DISPATCHER_TTL_HEARTBEATS;
         let mut conn = self.conn.clone();
@@ -307,7 +318,16 @@ impl Inner {
             .arg(duration_ms(entry_ttl));
         if let Ok(live) = self.bounded(call.invoke_async::<i64>(&mut conn)).await {
             let live = u32::try_from(live).unwrap_or(u32::MAX).max(1);
-            self.live_dispatchers.store(live, Ordering::Relaxed);
+            let mut recovered = self.recovered_at.lock().unwrap_or_else(|p| p.into_inner());
+            match *recovered {
+                Some(at) if at.elapsed() < entry_ttl => {
+                    self.live_dispatchers.fetch_max(live, Ordering::Relaxed);
+                }
+                _ => {
+                    *recovered = None;
+                    self.live_dispatchers.store(live, Ordering::Relaxed);
+                }
+            }
         }
     }
 
@@ -324,6 +344,8 @@ impl Inner {
 
     fn mark_reachable(&self) {
         if self.degraded.swap(false, Ordering::Relaxed) {
+            *self.recovered_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(tokio::time::Instant::now());
             tracing::info!("redis is back: fleet-wide lanes restored");
         }
     }

@@ -11,6 +11,26 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// Attempts an endpoint's window must hold before its lane is sized from them; fewer say too
+/// little about its rate and service time.
+pub const SIZING_MIN_SAMPLES: u64 = 20;
+
+/// The lane an endpoint needs by Little's Law: the attempts it holds on average are its arrival
+/// rate times its mean service time, and `headroom` (≥ 1) leaves room for bursts above the
+/// mean, so `ceil(offered_per_s × mean_service × headroom)`, at least 1. The caller caps it by
+/// the fairness ceiling.
+///
+/// The arrival rate is what is offered to the lane (shed deliveries included), so a lane that is
+/// too small sheds, its offered rate exceeds what it serves, and the next sizing grows it.
+pub fn sized_by_load(offered_per_s: f64, mean_service: Duration, headroom: f64) -> u32 {
+    let needed = offered_per_s * mean_service.as_secs_f64() * headroom;
+    if needed.is_nan() || needed <= 1.0 {
+        1
+    } else {
+        needed.ceil().min(f64::from(u32::MAX)) as u32
+    }
+}
+
 /// The lane had no free slot within its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("lane full")]
@@ -95,6 +115,17 @@ impl Lane {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 100 deliveries/s answered in 2 s hold 200 attempts; with 1.5 headroom the lane is 300. A
+    /// fast endpoint needs one slot; nothing is ever sized to zero.
+    #[test]
+    fn lanes_are_sized_by_littles_law_with_headroom() {
+        assert_eq!(sized_by_load(100.0, Duration::from_secs(2), 1.5), 300);
+        assert_eq!(sized_by_load(20.0, Duration::from_millis(40), 1.5), 2);
+        assert_eq!(sized_by_load(20.0, Duration::from_millis(2), 1.5), 1);
+        assert_eq!(sized_by_load(0.0, Duration::from_secs(1), 1.5), 1);
+        assert_eq!(sized_by_load(f64::NAN, Duration::from_secs(1), 1.5), 1);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_saturated_lane_sheds_within_its_deadline_and_empties_after() {

@@ -3,10 +3,12 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::error::Problem;
+use crate::server::deadline::BodyTimedOut;
 
 /// A JSON request body of type `T`.
 pub struct Body<T>(pub T);
@@ -16,9 +18,9 @@ where
     S: Send + Sync,
     T: DeserializeOwned,
 {
-    type Rejection = Problem;
+    type Rejection = Response;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Problem> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
         let json = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -31,21 +33,32 @@ where
             return Err(Problem::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "expected Content-Type: application/json",
-            ));
+            )
+            .into_response());
         }
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            if let Some(late) = BodyTimedOut::find_in(&e) {
+                // The rest of the body may still be on its way: close rather than read it.
+                let mut r = Problem::new(StatusCode::REQUEST_TIMEOUT, late.to_string())
+                    .field("body")
+                    .into_response();
+                r.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                r
+            } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 Problem::new(StatusCode::PAYLOAD_TOO_LARGE, "request body too large")
+                    .into_response()
             } else {
                 Problem::new(StatusCode::BAD_REQUEST, format!("cannot read body: {e}"))
+                    .into_response()
             }
         })?;
-        parse(&bytes).map(Body)
+        parse(&bytes).map(Body).map_err(IntoResponse::into_response)
     }
 }
 
 /// Parse JSON, naming the path of the offending field.
-pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -53,11 +66,71 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
         if inner.is_syntax() || inner.is_eof() {
             Problem::bad_request("body", format!("malformed JSON: {inner}"))
         } else {
-            let field = if path == "." { "body".to_owned() } else { path };
-            Problem::unprocessable(&field, inner.to_string())
+            let message = inner.to_string();
+            Problem::unprocessable(&field_at_fault(&path, &message), message)
         }
     })?;
     de.end()
         .map_err(|e| Problem::bad_request("body", format!("malformed JSON: {e}")))?;
     Ok(value)
+}
+
+/// The field a deserialisation error is about. serde reports a missing (or unknown) field at
+/// the path of the object that lacks it, so the name comes from the message: a body without
+/// `event_type` is `event_type`, a header table without a name is `headers.…`, never `body`.
+fn field_at_fault(path: &str, message: &str) -> String {
+    let named = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|lead| message.strip_prefix(lead))
+        .and_then(|rest| rest.split('`').next())
+        .filter(|name| !name.is_empty());
+    match (path, named) {
+        (".", Some(name)) => name.to_owned(),
+        (".", None) => "body".to_owned(),
+        (path, Some(name)) if !path.ends_with(name) => format!("{path}.{name}"),
+        (path, _) => path.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Inner {
+        name: String,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Outer {
+        event_type: String,
+        inner: Option<Inner>,
+        count: Option<u32>,
+    }
+
+    fn field(json: &str) -> (u16, String) {
+        let p = parse::<Outer>(json.as_bytes()).unwrap_err();
+        (p.status, p.field.unwrap_or_default())
+    }
+
+    #[test]
+    fn the_problem_names_the_field_at_fault() {
+        assert_eq!(field(r#"{}"#), (422, "event_type".into()));
+        assert_eq!(
+            field(r#"{"event_type":"a","inner":{}}"#),
+            (422, "inner.name".into())
+        );
+        assert_eq!(
+            field(r#"{"event_type":"a","count":"x"}"#),
+            (422, "count".into())
+        );
+        let (status, name) = field(r#"{"event_type":"a","colour":1}"#);
+        assert_eq!((status, name.as_str()), (422, "colour"));
+        assert_eq!(field(r#"{"event_type":"a""#), (400, "body".into()));
+        assert_eq!(field(r#"[]"#), (422, "body".into()));
+    }
 }

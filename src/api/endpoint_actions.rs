@@ -11,29 +11,38 @@ use super::auth::TenantAuth;
 use super::error::{ApiResult, Problem};
 use super::page::{MAX_LIMIT, Page, Q};
 use super::views::{EndpointOut, EventOut, check_id, check_text};
-use crate::signing::Secret;
+use crate::signing::{Scheme, SigningKey, scheme_of};
 use crate::store::{Endpoint, EndpointEvent};
 
 /// `POST /v1/endpoints/{id}/disable`: an optional reason.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct DisableEndpoint {
+pub(crate) struct DisableEndpoint {
     /// Why, for the event log (at most 500 characters).
     pub reason: Option<String>,
+}
+
+/// `POST /v1/endpoints/{id}/rotate-secret`: optionally a new scheme.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RotateSecret {
+    /// The new key's scheme (`v1` or `v1a`); omitted keeps the current one. During the overlap
+    /// both keys sign, so a receiver moving from `v1` to `v1a` keeps verifying throughout.
+    pub signature_scheme: Option<Scheme>,
 }
 
 /// `?limit=` of the event log.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct EventsQuery {
+pub(crate) struct EventsQuery {
     /// Most events to return, 1–500 (default 100), newest first.
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
 }
 
 /// Record an endpoint event; a failure to record never fails the request that caused it.
-pub async fn record(state: &AppState, e: &Endpoint, kind: &str, detail: String) {
+pub(crate) async fn record(state: &AppState, e: &Endpoint, kind: &str, detail: String) {
     let event = EndpointEvent {
         tenant_id: e.tenant_id.clone(),
         endpoint_id: e.id.clone(),
@@ -46,7 +55,8 @@ pub async fn record(state: &AppState, e: &Endpoint, kind: &str, detail: String) 
     }
 }
 
-async fn set_enabled(
+/// Enable or disable `tenant`'s endpoint `id` and record it (the JSON routes and the console).
+pub(crate) async fn set_enabled(
     state: &AppState,
     tenant: &str,
     id: &str,
@@ -61,7 +71,7 @@ async fn set_enabled(
         .set_endpoint_enabled(id, enabled, reason.as_deref(), now)
         .await?;
     if let Some(ctx) = &state.dispatcher {
-        ctx.endpoints.invalidate(id);
+        ctx.reload_endpoint(id);
     }
     let e = state.store.endpoint(Some(tenant), id).await?;
     let (kind, detail) = if enabled {
@@ -74,14 +84,14 @@ async fn set_enabled(
 }
 
 /// Enable an endpoint: its waiting deliveries are claimed again.
-#[utoipa::path(post, path = "/v1/endpoints/{id}/enable", tag = "endpoints",
+#[utoipa::path(post, path = "/v1/endpoints/{id}/enable", operation_id = "enableEndpoint", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
     responses((status = 200, body = EndpointOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn enable(
+pub(crate) async fn enable(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
@@ -90,15 +100,15 @@ pub async fn enable(
 }
 
 /// Disable an endpoint: its deliveries are kept and wait until it is enabled again.
-#[utoipa::path(post, path = "/v1/endpoints/{id}/disable", tag = "endpoints",
+#[utoipa::path(post, path = "/v1/endpoints/{id}/disable", operation_id = "disableEndpoint", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
-    request_body(content = DisableEndpoint, description = "optional; an empty body is fine"),
+    request_body(content = Option<DisableEndpoint>, description = "optional; an empty body is fine"),
     responses((status = 200, body = EndpointOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn disable(
+pub(crate) async fn disable(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
@@ -118,46 +128,71 @@ pub async fn disable(
     set_enabled(&state, &tenant.id, &id, false, Some(reason)).await
 }
 
-/// Rotate the signing secret: the answer carries the new one; the old one keeps signing (both
-/// signatures are sent) until `previous_secret_until_ms`.
+/// Rotate the signing key (optionally to another scheme): the answer carries the new secret;
+/// the old key keeps signing (both signatures are sent) until `previous_secret_until`.
 #[utoipa::path(post, path = "/v1/endpoints/{id}/rotate-secret", tag = "endpoints",
-    security(("tenant" = [])),
+    operation_id = "rotateEndpointSecret", security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
+    request_body(content = Option<RotateSecret>, description = "optional; an empty body keeps the scheme"),
     responses((status = 200, body = EndpointOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn rotate_secret(
+pub(crate) async fn rotate_secret(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
+    raw: axum::body::Bytes,
 ) -> ApiResult<Json<EndpointOut>> {
-    check_id("endpoint", &id)?;
-    let mut e = state.store.endpoint(Some(&tenant.id), &id).await?;
+    let scheme = if raw.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        super::body::parse::<RotateSecret>(&raw)?.signature_scheme
+    };
+    let e = rotate(&state, &tenant.id, &id, scheme).await?;
+    Ok(Json(EndpointOut::new(e, true)))
+}
+
+/// Give `tenant`'s endpoint `id` a new key (of `scheme`, or of its current one), the old one
+/// signing for the overlap; the endpoint returned carries the new secret (the JSON route and
+/// the console).
+pub(crate) async fn rotate(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    scheme: Option<Scheme>,
+) -> ApiResult<Endpoint> {
+    check_id("endpoint", id)?;
+    let mut e = state.store.endpoint(Some(tenant), id).await?;
     let now = crate::clock::now_ms();
     let until = now + state.settings.rotation_overlap.as_millis() as i64;
-    let old = std::mem::replace(&mut e.secret, Secret::generate().to_string());
+    let scheme = scheme.unwrap_or_else(|| scheme_of(&e.secret));
+    let old = std::mem::replace(&mut e.secret, SigningKey::generate(scheme).to_string());
     e.previous_secret = Some(old);
     e.previous_secret_until_ms = Some(until);
     e.updated_at_ms = now;
     state.store.update_endpoint(&e).await?;
     if let Some(ctx) = &state.dispatcher {
-        ctx.endpoints.invalidate(&e.id);
+        ctx.reload_endpoint(&e.id);
     }
-    let detail = format!("signing secret rotated; the previous one signs until {until} ms epoch");
-    record(&state, &e, "secret_rotated", detail).await;
-    Ok(Json(EndpointOut::new(e, true)))
+    let detail = format!(
+        "signing key rotated ({}); the previous one also signs until {}",
+        scheme.as_str(),
+        crate::clock::rfc3339(until)
+    );
+    record(state, &e, "secret_rotated", detail).await;
+    Ok(e)
 }
 
 /// The endpoint's event log, newest first: breaker transitions, disables, replays, rotations.
-#[utoipa::path(get, path = "/v1/endpoints/{id}/events", tag = "endpoints",
+#[utoipa::path(get, path = "/v1/endpoints/{id}/events", operation_id = "listEndpointEvents", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`"), EventsQuery),
     responses((status = 200, body = Page<EventOut>),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn events(
+pub(crate) async fn events(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,

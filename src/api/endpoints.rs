@@ -1,4 +1,6 @@
-//! Endpoints: create (URL checked by the egress guard), list, get, update, delete.
+//! Endpoints: create (checked by [`super::endpoint_checks`]), list, get, update, delete.
+
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -7,12 +9,13 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
+use super::endpoint_checks::{check_destination, check_event_types, check_headers, check_limits};
 use super::error::{ApiResult, Problem};
 use super::page::{Page, PageQuery, Q};
 use super::views::{EndpointOut, check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
-use crate::signing::Secret;
+use crate::signing::{Scheme, SigningKey};
 use crate::store::Endpoint;
 
 /// `POST /v1/endpoints`
@@ -21,12 +24,20 @@ use crate::store::Endpoint;
 pub struct CreateEndpoint {
     /// Destination (http or https; checked against the egress guard after DNS).
     pub url: String,
-    /// Event types to receive; omitted or empty means all.
+    /// Event types to receive: exact (`order.created`), a prefix pattern (`order.*`: every type
+    /// below `order.`) or `*`; omitted or empty means all.
     #[serde(default)]
     pub event_types: Vec<String>,
     /// Free text, at most 1000 characters.
     #[serde(default)]
     pub description: String,
+    /// Headers to send with every attempt (at most 32; hop-by-hop, `webhook-*`, `host` and the
+    /// body's `content-*` headers are refused).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// `v1` (HMAC-SHA256, the default) or `v1a` (Ed25519: the answer shows the public key).
+    #[serde(default)]
+    pub signature_scheme: Scheme,
     /// Lane size override, 1–10000 (clamped by the fairness ceiling).
     pub lane_size: Option<u32>,
     /// Latency breaker ceiling in milliseconds, 100–3600000.
@@ -49,6 +60,8 @@ pub struct UpdateEndpoint {
     pub event_types: Option<Vec<String>>,
     /// New description.
     pub description: Option<String>,
+    /// New headers, replacing all of them (`{}` removes them).
+    pub headers: Option<BTreeMap<String, String>>,
     /// Enable or disable.
     pub enabled: Option<bool>,
     /// Lane override (`null` clears).
@@ -76,7 +89,7 @@ pub struct UpdateEndpoint {
 mod double_option {
     use serde::{Deserialize, Deserializer};
 
-    pub fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+    pub(super) fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
     where
         D: Deserializer<'de>,
         T: Deserialize<'de>,
@@ -85,126 +98,48 @@ mod double_option {
     }
 }
 
-/// Check a destination URL: scheme, host, and every address it resolves to.
-pub async fn check_destination(state: &AppState, url: &str) -> Result<(), Problem> {
-    if url.len() > 2048 {
-        return Err(Problem::unprocessable(
-            "url",
-            "url must be at most 2048 bytes",
-        ));
-    }
-    let parsed = state
-        .egress
-        .check_url(url)
-        .map_err(|e| Problem::unprocessable("url", e.to_string()))?;
-    if let Some(url::Host::Domain(host)) = parsed.host() {
-        let port = parsed.port_or_known_default().unwrap_or(443);
-        state
-            .egress
-            .resolve_checked(host, port)
-            .await
-            .map_err(|e| Problem::unprocessable("url", e.to_string()))?;
-    }
-    Ok(())
-}
-
-fn check_event_types(types: &[String]) -> Result<(), Problem> {
-    if types.len() > 100 {
-        return Err(Problem::unprocessable(
-            "event_types",
-            "at most 100 event types",
-        ));
-    }
-    for t in types {
-        super::messages::check_event_type(t).map_err(|p| p.field("event_types"))?;
-    }
-    Ok(())
-}
-
-/// Lane, ceiling and timeouts, each within its range (timeouts within the operator's caps).
-fn check_limits(
-    state: &AppState,
-    lane: Option<u32>,
-    ceiling: Option<u32>,
-    timeouts: [Option<u32>; 3],
-) -> Result<(), Problem> {
-    if let Some(n) = lane
-        && !(1..=10_000).contains(&n)
-    {
-        return Err(Problem::unprocessable(
-            "lane_size",
-            "lane_size must be 1–10000",
-        ));
-    }
-    if let Some(ms) = ceiling
-        && !(100..=3_600_000).contains(&ms)
-    {
-        return Err(Problem::unprocessable(
-            "latency_ceiling_ms",
-            "latency_ceiling_ms must be 100–3600000",
-        ));
-    }
-    let caps = state.settings.timeout_caps;
-    let named = [
-        ("connect_timeout_ms", caps.connect),
-        ("read_timeout_ms", caps.read),
-        ("total_timeout_ms", caps.total),
-    ];
-    for ((field, cap), value) in named.into_iter().zip(timeouts) {
-        if let Some(ms) = value
-            && (ms == 0 || u128::from(ms) > cap.as_millis())
-        {
-            return Err(Problem::unprocessable(
-                field,
-                format!("{field} must be 1–{} (the operator's cap)", cap.as_millis()),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A new endpoint row for `tenant`, enabled, with a fresh secret.
-pub fn new_endpoint(id: String, tenant: String, url: String, operational: bool) -> Endpoint {
+/// A new endpoint row for `tenant`, enabled, with a fresh key of `scheme`.
+pub(crate) fn new_endpoint(
+    id: String,
+    tenant: String,
+    url: String,
+    operational: bool,
+    scheme: Scheme,
+) -> Endpoint {
     let now = crate::clock::now_ms();
+    let key = SigningKey::generate(scheme).to_string();
     Endpoint {
-        id,
-        tenant_id: tenant,
-        url,
-        description: String::new(),
-        event_types: Vec::new(),
-        secret: Secret::generate().to_string(),
-        previous_secret: None,
-        previous_secret_until_ms: None,
-        enabled: true,
-        disabled_reason: None,
         operational,
-        lane_size: None,
-        latency_ceiling_ms: None,
-        connect_timeout_ms: None,
-        read_timeout_ms: None,
-        total_timeout_ms: None,
-        failing_since_ms: None,
-        created_at_ms: now,
-        updated_at_ms: now,
+        ..Endpoint::new(id, tenant, url, key, now)
     }
 }
 
 /// Create an endpoint; the answer carries its signing secret, shown once.
-#[utoipa::path(post, path = "/v1/endpoints", tag = "endpoints", security(("tenant" = [])),
+#[utoipa::path(post, path = "/v1/endpoints", operation_id = "createEndpoint", tag = "endpoints", security(("tenant" = [])),
     request_body = CreateEndpoint,
     responses((status = 201, body = EndpointOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Body(req): Body<CreateEndpoint>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
-    check_destination(&state, &req.url).await?;
+    let endpoint = create_endpoint(&state, &tenant.id, req).await?;
+    Ok((StatusCode::CREATED, Json(EndpointOut::new(endpoint, true))))
+}
+
+/// Check and store a new endpoint of `tenant` (the JSON route and the console share this).
+pub(crate) async fn create_endpoint(
+    state: &AppState,
+    tenant: &str,
+    req: CreateEndpoint,
+) -> ApiResult<Endpoint> {
+    let url = check_destination(state, &req.url).await?;
     check_event_types(&req.event_types)?;
     check_limits(
-        &state,
+        state,
         req.lane_size,
         req.latency_ceiling_ms,
         [
@@ -214,7 +149,15 @@ pub async fn create(
         ],
     )?;
     check_text("description", &req.description, 1000)?;
-    let mut endpoint = new_endpoint(ids::new_id("ep"), tenant.id, req.url, false);
+    let headers = check_headers(&req.headers)?;
+    let mut endpoint = new_endpoint(
+        ids::new_id("ep"),
+        tenant.to_owned(),
+        url,
+        false,
+        req.signature_scheme,
+    );
+    endpoint.headers = headers;
     endpoint.description = req.description;
     endpoint.event_types = req.event_types;
     endpoint.lane_size = req.lane_size;
@@ -223,17 +166,17 @@ pub async fn create(
     endpoint.read_timeout_ms = req.read_timeout_ms;
     endpoint.total_timeout_ms = req.total_timeout_ms;
     state.store.create_endpoint(&endpoint).await?;
-    Ok((StatusCode::CREATED, Json(EndpointOut::new(endpoint, true))))
+    Ok(endpoint)
 }
 
 /// List the tenant's endpoints (the operational webhook is listed on its own route).
-#[utoipa::path(get, path = "/v1/endpoints", tag = "endpoints", security(("tenant" = [])),
+#[utoipa::path(get, path = "/v1/endpoints", operation_id = "listEndpoints", tag = "endpoints", security(("tenant" = [])),
     params(PageQuery),
     responses((status = 200, body = Page<EndpointOut>),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Q(q): Q<PageQuery>,
@@ -256,13 +199,13 @@ pub async fn list(
 }
 
 /// One endpoint.
-#[utoipa::path(get, path = "/v1/endpoints/{id}", tag = "endpoints", security(("tenant" = [])),
+#[utoipa::path(get, path = "/v1/endpoints/{id}", operation_id = "getEndpoint", tag = "endpoints", security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
     responses((status = 200, body = EndpointOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
@@ -273,32 +216,46 @@ pub async fn get(
 }
 
 /// Change an endpoint; everything is checked before anything is stored.
-#[utoipa::path(patch, path = "/v1/endpoints/{id}", tag = "endpoints", security(("tenant" = [])),
+#[utoipa::path(patch, path = "/v1/endpoints/{id}", operation_id = "updateEndpoint", tag = "endpoints", security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
     request_body = UpdateEndpoint,
     responses((status = 200, body = EndpointOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn update(
+pub(crate) async fn update(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
     Body(req): Body<UpdateEndpoint>,
 ) -> ApiResult<Json<EndpointOut>> {
-    check_id("endpoint", &id)?;
-    let mut e = state.store.endpoint(Some(&tenant.id), &id).await?;
-    if let Some(url) = &req.url {
-        check_destination(&state, url).await?;
-    }
+    let e = update_endpoint(&state, &tenant.id, &id, req).await?;
+    Ok(Json(EndpointOut::new(e, false)))
+}
+
+/// Check and apply a change to `tenant`'s endpoint `id` (the JSON route and the console share
+/// this); nothing is stored unless every field passes.
+pub(crate) async fn update_endpoint(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+    req: UpdateEndpoint,
+) -> ApiResult<Endpoint> {
+    check_id("endpoint", id)?;
+    let mut e = state.store.endpoint(Some(tenant), id).await?;
+    let url = match &req.url {
+        Some(url) => Some(check_destination(state, url).await?),
+        None => None,
+    };
     if let Some(types) = &req.event_types {
         check_event_types(types)?;
     }
     if let Some(d) = &req.description {
         check_text("description", d, 1000)?;
     }
+    let headers = req.headers.as_ref().map(check_headers).transpose()?;
     check_limits(
-        &state,
+        state,
         req.lane_size.flatten(),
         req.latency_ceiling_ms.flatten(),
         [
@@ -310,8 +267,13 @@ pub async fn update(
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = req.$f { e.$f = v; } )* };
     }
+    if let Some(url) = url {
+        e.url = url;
+    }
+    if let Some(headers) = headers {
+        e.headers = headers;
+    }
     set!(
-        url,
         event_types,
         description,
         lane_size,
@@ -332,24 +294,30 @@ pub async fn update(
     e.updated_at_ms = crate::clock::now_ms();
     state.store.update_endpoint(&e).await?;
     if let Some(ctx) = &state.dispatcher {
-        ctx.endpoints.invalidate(&e.id);
+        ctx.reload_endpoint(&e.id);
     }
-    Ok(Json(EndpointOut::new(e, false)))
+    Ok(e)
 }
 
 /// Delete an endpoint and its deliveries.
-#[utoipa::path(delete, path = "/v1/endpoints/{id}", tag = "endpoints", security(("tenant" = [])),
+#[utoipa::path(delete, path = "/v1/endpoints/{id}", operation_id = "deleteEndpoint", tag = "endpoints", security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
     responses((status = 204),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn delete(
+pub(crate) async fn delete(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    check_id("endpoint", &id)?;
-    state.store.delete_endpoint(&tenant.id, &id).await?;
+    delete_endpoint(&state, &tenant.id, &id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Delete `tenant`'s endpoint `id` with its deliveries (the JSON route and the console).
+pub(crate) async fn delete_endpoint(state: &AppState, tenant: &str, id: &str) -> ApiResult<()> {
+    check_id("endpoint", id)?;
+    state.store.delete_endpoint(tenant, id).await?;
+    Ok(())
 }

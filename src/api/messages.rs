@@ -1,24 +1,26 @@
-//! Messages: create (idempotent with `Idempotency-Key`, answered after commit), get, list.
+//! Messages: create (idempotent with `Idempotency-Key`, answered after commit), get, and the
+//! message log (filtered by event type, arrival time, endpoint and delivery state).
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAuth;
 use super::error::{ApiResult, Problem};
 use super::page::{Page, PageQuery, Q};
-use super::views::{DeliveryOut, check_id};
+use super::time::{Timestamp, parse_instant};
+use super::views::{DeliveryOut, StateParam, check_id};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{MessageSummary, NewMessage};
+use crate::store::{DeliveryState, MessageFilter, MessageSummary, NewMessage};
 
 /// `POST /v1/messages`
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateMessage {
+pub(super) struct CreateMessage {
     /// Event type, matched against endpoint filters: 1–256 of `A-Z a-z 0-9 . _ - :`.
     pub event_type: String,
     /// Any JSON value; delivered verbatim as the request body.
@@ -28,7 +30,7 @@ pub struct CreateMessage {
 
 /// The answer to a create.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Created {
+pub(super) struct Created {
     /// `msg_…` (the original id when the idempotency key was seen before).
     pub id: String,
     /// Deliveries created (0 for a repeat).
@@ -39,7 +41,7 @@ pub struct Created {
 
 /// A message with its payload and deliveries.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MessageOut {
+pub(super) struct MessageOut {
     /// `msg_…`
     pub id: String,
     /// Event type.
@@ -48,20 +50,20 @@ pub struct MessageOut {
     #[schema(value_type = serde_json::Value)]
     pub payload: Box<RawValue>,
     /// When it was accepted.
-    pub created_at_ms: i64,
+    pub created_at: Timestamp,
     /// One per subscribed endpoint: state and attempts.
     pub deliveries: Vec<DeliveryOut>,
 }
 
 /// A message in a listing.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct MessageItem {
+pub(super) struct MessageItem {
     /// `msg_…`
     pub id: String,
     /// Event type.
     pub event_type: String,
     /// When it was accepted.
-    pub created_at_ms: i64,
+    pub created_at: Timestamp,
 }
 
 impl From<MessageSummary> for MessageItem {
@@ -69,13 +71,38 @@ impl From<MessageSummary> for MessageItem {
         Self {
             id: m.id,
             event_type: m.event_type,
-            created_at_ms: m.created_at_ms,
+            created_at: Timestamp(m.created_at_ms),
         }
     }
 }
 
+/// `GET /v1/messages`: a page of the log, newest first, and its filters (all optional, all
+/// applied together).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct MessageQuery {
+    /// Page size, 1–500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+    /// The `next` cursor of the previous page (a message id).
+    pub after: Option<String>,
+    /// An event type, or a prefix pattern like `order.*`.
+    pub event_type: Option<String>,
+    /// Messages accepted at or after this instant (RFC 3339).
+    #[param(format = DateTime)]
+    pub since: Option<String>,
+    /// Messages accepted before this instant (RFC 3339).
+    #[param(format = DateTime)]
+    pub until: Option<String>,
+    /// Only messages with a delivery to this endpoint (`ep_…`).
+    pub endpoint_id: Option<String>,
+    /// Only messages with a delivery in this state (to `endpoint_id`, when given).
+    pub state: Option<StateParam>,
+}
+
 /// Validate an event type name.
-pub fn check_event_type(t: &str) -> Result<(), Problem> {
+pub(super) fn check_event_type(t: &str) -> Result<(), Problem> {
     let ok = !t.is_empty()
         && t.len() <= 256
         && t.bytes()
@@ -91,16 +118,30 @@ pub fn check_event_type(t: &str) -> Result<(), Problem> {
 }
 
 /// Accept a message and fan it out to the tenant's subscribed endpoints; answered after commit.
-/// A repeated `Idempotency-Key` returns the original message (200, `duplicate: true`).
-#[utoipa::path(post, path = "/v1/messages", tag = "messages", security(("tenant" = [])),
+/// A repeated `Idempotency-Key` returns the original message (200, `duplicate: true`) when the
+/// request is the same (event type and payload byte for byte); a key reused for a different
+/// request is refused with 422 and nothing is stored, as the IETF Idempotency-Key header draft
+/// asks (409 there means "the original is still in progress", which a commit-then-answer
+/// ingest never is).
+#[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "createMessage",
+    security(("tenant" = [])),
     params(("Idempotency-Key" = Option<String>, Header,
         description = "1–256 printable ASCII characters; a repeat returns the original")),
     request_body = CreateMessage,
-    responses((status = 202, body = Created), (status = 200, body = Created),
+    responses((status = 202, body = Created, description = "Stored and fanned out"),
+        (status = 200, body = Created, description = "A repeat of an earlier request"),
+        (status = 422, body = Problem, content_type = "application/problem+json",
+            description = "Invalid input, or an Idempotency-Key used before for a different \
+            request"),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
+        (status = 503, description = "The database did not answer within the store deadline \
+            or is unreachable; retry with the same Idempotency-Key", body = Problem,
+            content_type = "application/problem+json"),
+        (status = 507, description = "The database is full; nothing was stored", body = Problem,
+            content_type = "application/problem+json"),
     ))]
-pub async fn create(
+pub(super) async fn create(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     headers: HeaderMap,
@@ -147,6 +188,16 @@ pub async fn create(
             only_endpoint: None,
         })
         .await?;
+    if result.mismatch {
+        return Err(Problem::unprocessable(
+            "Idempotency-Key",
+            format!(
+                "this Idempotency-Key was used for message {} with a different event type or \
+                 payload; nothing was stored: use a new key for a new message",
+                result.id
+            ),
+        ));
+    }
     let status = if result.duplicate {
         StatusCode::OK
     } else {
@@ -163,13 +214,14 @@ pub async fn create(
 }
 
 /// One message with its payload and deliveries.
-#[utoipa::path(get, path = "/v1/messages/{id}", tag = "messages", security(("tenant" = [])),
+#[utoipa::path(get, path = "/v1/messages/{id}", tag = "messages", operation_id = "getMessage",
+    security(("tenant" = [])),
     params(("id" = String, Path, description = "`msg_…`")),
     responses((status = 200, body = MessageOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn get(
+pub(super) async fn get(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
@@ -186,28 +238,75 @@ pub async fn get(
         id: m.id,
         event_type: m.event_type,
         payload,
-        created_at_ms: m.created_at_ms,
+        created_at: Timestamp(m.created_at_ms),
         deliveries: m.deliveries.into_iter().map(DeliveryOut::from).collect(),
     }))
 }
 
-/// The tenant's messages, newest first.
-#[utoipa::path(get, path = "/v1/messages", tag = "messages", security(("tenant" = [])),
-    params(PageQuery),
+/// The message log, newest first: filter by event type (exact or `order.*`), arrival time,
+/// endpoint and delivery state; page with `after`.
+#[utoipa::path(get, path = "/v1/messages", tag = "messages", operation_id = "listMessages",
+    security(("tenant" = [])),
+    params(MessageQuery),
     responses((status = 200, body = Page<MessageItem>),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn list(
+pub(super) async fn list(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
-    Q(q): Q<PageQuery>,
+    Q(q): Q<MessageQuery>,
 ) -> ApiResult<Json<Page<MessageItem>>> {
-    let limit = q.limit()?;
-    let messages = state
-        .store
-        .list_messages(&tenant.id, q.after_id("msg_")?, limit)
-        .await?;
+    let page = PageQuery {
+        limit: q.limit,
+        after: q.after.clone(),
+    };
+    let limit = page.limit()?;
+    let event_type = match q.event_type.as_deref() {
+        None => None,
+        Some(t) => {
+            super::endpoint_checks::check_event_types(std::slice::from_ref(&t.to_owned()))
+                .map_err(|p| Problem::bad_request("event_type", p.detail))?;
+            Some(t.to_owned())
+        }
+    };
+    let since_ms = q
+        .since
+        .as_deref()
+        .map(|t| parse_instant("since", t))
+        .transpose()?;
+    let until_ms = q
+        .until
+        .as_deref()
+        .map(|t| parse_instant("until", t))
+        .transpose()?;
+    if let (Some(since), Some(until)) = (since_ms, until_ms)
+        && since >= until
+    {
+        return Err(Problem::bad_request(
+            "until",
+            "until must be later than since",
+        ));
+    }
+    if let Some(ep) = &q.endpoint_id {
+        check_id("endpoint", ep).map_err(|p| p.field("endpoint_id"))?;
+        state
+            .store
+            .endpoint(Some(&tenant.id), ep)
+            .await
+            .map_err(|e| Problem::from(e).field("endpoint_id"))?;
+    }
+    let filter = MessageFilter {
+        tenant_id: tenant.id,
+        event_type,
+        since_ms,
+        until_ms,
+        endpoint_id: q.endpoint_id,
+        state: q.state.map(DeliveryState::from),
+        before: page.after_id("msg_")?.map(str::to_owned),
+        limit,
+    };
+    let messages = state.store.list_messages(&filter).await?;
     let data = messages.into_iter().map(MessageItem::from).collect();
     Ok(Json(Page::new(data, limit, |m: &MessageItem| m.id.clone())))
 }

@@ -5,9 +5,10 @@
 
 pub mod auth;
 mod body;
-mod deliveries;
-mod endpoint_actions;
-mod endpoints;
+pub(crate) mod deliveries;
+pub(crate) mod endpoint_actions;
+pub(crate) mod endpoint_checks;
+pub(crate) mod endpoints;
 pub mod error;
 pub mod ingest;
 mod messages;
@@ -15,15 +16,19 @@ pub mod openapi;
 mod ops;
 pub mod ops_webhooks;
 mod page;
-mod scale;
-mod status;
+pub mod problems;
+pub(crate) mod redelivery;
+pub(crate) mod scale;
+pub(crate) mod status;
 mod tenants;
-mod views;
+pub mod time;
+pub(crate) mod views;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use axum::{Extension, Router};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -57,10 +62,15 @@ pub struct AppState {
     pub ingest: ingest::Ingest,
     /// Largest accepted payload, bytes.
     pub max_payload_bytes: usize,
+    /// The console's settings (`/console/`).
+    pub console: Arc<crate::config::ConsoleSettings>,
+    /// Set as soon as shutdown begins: `/readyz` answers 503 from then on.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
-    /// State over `store`; starts the ingest batcher.
+    /// State over `store`; starts the ingest batcher, whose requests wait at most
+    /// `store_deadline` for their commit.
     pub fn new(
         store: SharedStore,
         metrics: Arc<Metrics>,
@@ -68,12 +78,10 @@ impl AppState {
         settings: Arc<DispatchSettings>,
         admin_hash: String,
         max_payload_bytes: usize,
+        store_deadline: std::time::Duration,
     ) -> Self {
-        if let Some(ctx) = &dispatcher {
-            crate::notify::spawn_throttle_watch(Arc::downgrade(ctx), store.clone());
-        }
         Self {
-            ingest: ingest::Ingest::start(store.clone(), metrics.clone()),
+            ingest: ingest::Ingest::start(store.clone(), metrics.clone(), store_deadline),
             egress: Arc::new(EgressPolicy::new(settings.allow_networks.clone())),
             store,
             metrics,
@@ -82,31 +90,103 @@ impl AppState {
             admin_hash: Arc::new(admin_hash),
             tokens: Arc::new(auth::TokenCache::default()),
             max_payload_bytes,
+            console: Arc::default(),
+            draining: Arc::default(),
         }
+    }
+
+    /// The same state with these console settings.
+    pub fn with_console(mut self, console: crate::config::ConsoleSettings) -> Self {
+        self.console = Arc::new(console);
+        self
     }
 }
 
-/// The router with every route, each registered together with its OpenAPI description.
-pub fn router(state: AppState) -> Router {
+/// Where this process serves `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsOn {
+    /// On the API listener, to the admin token only.
+    ApiWithAdminToken,
+    /// Only on the operator listener.
+    OperatorListener,
+}
+
+/// The API router: every route, each registered together with its OpenAPI description.
+pub fn router(state: AppState, metrics: MetricsOn) -> Router {
+    let (router, doc) = documented(metrics).split_for_parts();
+    let document = openapi::Document::new(&doc);
+    // The console answers its errors as HTML pages: merged after `finish`, outside problem+json.
+    let console = crate::console::router(&state);
+    access_log(finish(router.layer(Extension(document)), state).merge(console))
+}
+
+/// One `sluice::access` line per request answered: method, path (never the query string: a
+/// portal link's token travels there), status and latency. Silence it with
+/// `SLUICE_LOG=info,sluice::access=off`.
+fn access_log(router: Router) -> Router {
+    use tower_http::trace::TraceLayer;
+    let layer = TraceLayer::new_for_http()
+        .make_span_with(|req: &axum::http::Request<axum::body::Body>| {
+            tracing::info_span!(
+                target: "sluice::access",
+                "request",
+                method = %req.method(),
+                path = %req.uri().path(),
+            )
+        })
+        .on_request(())
+        .on_response(
+            |res: &axum::http::Response<axum::body::Body>,
+             latency: std::time::Duration,
+             _: &tracing::Span| {
+                tracing::info!(
+                    target: "sluice::access",
+                    status = res.status().as_u16(),
+                    latency_us = latency.as_micros() as u64,
+                    "answered"
+                );
+            },
+        )
+        .on_body_chunk(())
+        .on_eos(())
+        .on_failure(());
+    router.layer(layer)
+}
+
+/// The operator router: `/healthz`, `/readyz` and `/metrics` without a token, nothing else.
+pub fn operator_router(state: AppState) -> Router {
+    let router = Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::operator_metrics));
+    access_log(finish(router, state))
+}
+
+/// What every router shares: problem+json for every error, the body limit.
+fn finish(router: Router<AppState>, state: AppState) -> Router {
     let body_limit = state.max_payload_bytes + 64 * 1024;
-    let (router, doc) = documented().split_for_parts();
-    openapi::set_document(&doc);
     router
         .fallback(ops::not_found)
+        .method_not_allowed_fallback(problems::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::map_response(problems::as_problem))
         .with_state(state)
 }
 
-/// The OpenAPI document, as the router builds it.
+/// The OpenAPI document of the API listener when it serves `/metrics`.
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
-    documented().into_openapi()
+    documented(MetricsOn::ApiWithAdminToken).into_openapi()
 }
 
-fn documented() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+fn documented(metrics: MetricsOn) -> OpenApiRouter<AppState> {
+    let routes = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(ops::healthz))
-        .routes(routes!(ops::readyz))
-        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::readyz));
+    let routes = match metrics {
+        MetricsOn::ApiWithAdminToken => routes.routes(routes!(ops::metrics)),
+        MetricsOn::OperatorListener => routes,
+    };
+    routes
         .routes(routes!(openapi::document))
         .routes(routes!(tenants::create, tenants::list))
         .routes(routes!(tenants::get, tenants::delete))
@@ -124,16 +204,19 @@ fn documented() -> OpenApiRouter<AppState> {
         .routes(routes!(status::status))
         .routes(routes!(deliveries::by_endpoint))
         .routes(routes!(deliveries::endpoint_attempts))
-        .routes(routes!(deliveries::replay_endpoint))
+        .routes(routes!(redelivery::replay_endpoint))
+        .routes(routes!(redelivery::recover))
         .routes(routes!(messages::create, messages::list))
         .routes(routes!(messages::get))
         .routes(routes!(deliveries::by_message))
         .routes(routes!(deliveries::message_attempts))
         .routes(routes!(deliveries::get))
         .routes(routes!(deliveries::attempts))
-        .routes(routes!(deliveries::replay_one))
-        .routes(routes!(deliveries::dead_letters))
+        .routes(routes!(redelivery::replay_one))
+        .routes(routes!(redelivery::resend))
+        .routes(routes!(redelivery::dead_letters))
         .routes(routes!(scale::get))
+        .routes(routes!(crate::console::links::create))
         .routes(routes!(
             ops_webhooks::put,
             ops_webhooks::get,

@@ -2,8 +2,9 @@
 //! (each route is registered together with its documentation, so the two cannot drift), and
 //! served at `/openapi.json`.
 
-use std::sync::OnceLock;
+use std::sync::Arc;
 
+use axum::Extension;
 use axum::http::header;
 use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -54,18 +55,105 @@ impl Modify for Security {
     }
 }
 
-static DOCUMENT: OnceLock<String> = OnceLock::new();
+/// The finished document of one router, as served (each router documents exactly its routes:
+/// `/metrics` is in it only where that listener serves it).
+#[derive(Clone)]
+pub struct Document(pub Arc<str>);
 
-/// Keep the finished document (the first router built sets it; every router is the same).
-pub fn set_document(doc: &utoipa::openapi::OpenApi) {
-    DOCUMENT.get_or_init(|| doc.to_json().unwrap_or_else(|_| "{}".to_owned()));
+impl Document {
+    /// Serialize `doc` once.
+    pub fn new(doc: &utoipa::openapi::OpenApi) -> Self {
+        Self(doc.to_json().unwrap_or_else(|_| "{}".to_owned()).into())
+    }
 }
 
 /// `GET /openapi.json`: this API's OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations",
-    responses((status = 200, description = "the OpenAPI 3.1 document",
+#[utoipa::path(get, path = "/openapi.json", operation_id = "getOpenApiDocument", tag = "operations",
+    responses((status = 200, description = "the OpenAPI 3.1 document", body = Object,
         content_type = "application/json")))]
-pub async fn document() -> impl IntoResponse {
-    let body = DOCUMENT.get().cloned().unwrap_or_else(|| "{}".to_owned());
-    ([(header::CONTENT_TYPE, "application/json")], body)
+pub async fn document(Extension(Document(body)): Extension<Document>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Client generators name a method after each operationId: every operation has one, no two
+    /// share one, and each reads as a method name (`listEndpointDeliveries`, not `list`).
+    #[test]
+    fn every_operation_has_its_own_meaningful_operation_id() {
+        let doc = serde_json::to_value(super::super::openapi_document()).unwrap();
+        let mut seen = BTreeSet::new();
+        let mut operations = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                operations += 1;
+                let id = op["operationId"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+                assert!(
+                    seen.insert(id.to_owned()),
+                    "{id} is used twice ({method} {path})"
+                );
+                let camel = id.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                    && id.chars().all(|c| c.is_ascii_alphanumeric())
+                    && id.chars().any(|c| c.is_ascii_uppercase());
+                assert!(camel, "{method} {path}: {id} is not a verbNoun name");
+            }
+        }
+        assert_eq!(seen.len(), operations);
+    }
+
+    /// A path parameter is declared exactly where the path has a `{name}`, and nowhere else
+    /// (a query parameter documented as a path one makes generators refuse the document).
+    #[test]
+    fn path_parameters_match_the_path_template() {
+        let doc = serde_json::to_value(super::super::openapi_document()).unwrap();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            let in_template: BTreeSet<String> = path
+                .split('{')
+                .skip(1)
+                .filter_map(|p| p.split('}').next())
+                .map(str::to_owned)
+                .collect();
+            for (method, op) in item.as_object().unwrap() {
+                let declared: BTreeSet<String> = op["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["in"] == "path")
+                    .map(|p| p["name"].as_str().unwrap().to_owned())
+                    .collect();
+                assert_eq!(declared, in_template, "{method} {path}");
+            }
+        }
+    }
+
+    /// Every 2xx answer that has a body says what is in it (a schema, not an empty object).
+    #[test]
+    fn every_success_with_a_body_has_a_schema() {
+        let doc = serde_json::to_value(super::super::openapi_document()).unwrap();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for (status, response) in op["responses"].as_object().unwrap() {
+                    if !status.starts_with('2') || status == "204" {
+                        continue;
+                    }
+                    let content = response["content"]
+                        .as_object()
+                        .unwrap_or_else(|| panic!("{method} {path} {status}: no content"));
+                    for (kind, media) in content {
+                        assert!(
+                            media.get("schema").is_some(),
+                            "{method} {path} {status} {kind}: no schema"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

@@ -1,100 +1,157 @@
 //! Operations routes: liveness, readiness, Prometheus metrics, and the 404 fallback.
+//!
+//! The metrics name every tenant's endpoints and destination hosts, so they are the operator's:
+//! on the API listener only with the admin token, or without one on the operator listener
+//! (`--operator-listen`, or a dispatcher's `--listen`), which tenants are not meant to reach.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::auth::Admin;
 use super::error::Problem;
-use crate::metrics::{StateLabel, TenantLabel};
+use crate::metrics::endpoints::BREAKER_STATES;
+use crate::metrics::{EndpointGauges, QUEUE_STATES, StateLabel, TenantLabel};
 
 /// `GET /healthz`: the process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations",
+#[utoipa::path(get, path = "/healthz", operation_id = "getHealth", tag = "operations",
     responses((status = 200, body = String, content_type = "text/plain")))]
-pub async fn healthz() -> &'static str {
+pub(super) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: the store answers.
-#[utoipa::path(get, path = "/readyz", tag = "operations",
+/// `GET /readyz`: not draining (503 from the moment shutdown begins), and the store takes
+/// writes: producers' latest write did not find the database full, and a write probe (a heartbeat committed through the producers' write path, after
+/// checking there is room) succeeds within the store deadline.
+#[utoipa::path(get, path = "/readyz", operation_id = "getReadiness", tag = "operations",
     responses((status = 200, body = String, content_type = "text/plain"),
         (status = 503, body = Problem, content_type = "application/problem+json")))]
-pub async fn readyz(State(state): State<AppState>) -> Result<&'static str, Problem> {
-    state.store.ping().await.map_err(|e| {
+pub(super) async fn readyz(State(state): State<AppState>) -> Result<&'static str, Problem> {
+    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+        return Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining: this process is shutting down and takes no new work",
+        ));
+    }
+    if let Some(cause) = state.ingest.full_recently() {
+        return Err(Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the store cannot take writes: producers' writes found the database full: {cause}"
+            ),
+        ));
+    }
+    state.store.probe_write().await.map_err(|e| {
         Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("store not reachable: {e}"),
+            format!("the store cannot take writes: {e}"),
         )
     })?;
     Ok("ready\n")
 }
 
-/// `GET /metrics`: Prometheus text format.
-#[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, body = String,
-        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8")))]
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    refresh_gauges(&state).await;
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
+/// `GET /metrics` on the API listener: Prometheus text format, or OpenMetrics when the scraper
+/// asks for it (`Accept: application/openmetrics-text`, as Prometheus does); admin token only.
+#[utoipa::path(get, path = "/metrics", operation_id = "getMetrics", tag = "operations", security(("admin" = [])),
+    responses((status = 200, body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 401, body = Problem, content_type = "application/problem+json")))]
+pub(super) async fn metrics(
+    State(state): State<AppState>,
+    _: Admin,
+    headers: HeaderMap,
+) -> Response {
+    exposition(&state, &headers).await
 }
 
-/// Set the gauges that are read rather than counted: queue depth and age, per-endpoint state.
-async fn refresh_gauges(state: &AppState) {
+/// `GET /metrics` on the operator listener: no token (the listener itself is the operator's).
+pub(super) async fn operator_metrics(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Response {
+    exposition(&state, &headers).await
+}
+
+/// OpenMetrics's content type.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn exposition(state: &AppState, headers: &HeaderMap) -> Response {
+    refresh_gauges(state).await;
+    let wants_openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    let (content_type, body) = match wants_openmetrics {
+        true => (OPENMETRICS, state.metrics.encode()),
+        false => (
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            state.metrics.encode_prometheus_text(),
+        ),
+    };
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// Set the gauges that are read rather than counted: the queue, the scale signal and the
+/// fleet, and this process's endpoints (lanes, governors, breakers).
+pub(crate) async fn refresh_gauges(state: &AppState) {
     let m = &state.metrics;
+    let fleet = super::scale::fleet(state).await.unwrap_or_default();
+    m.fleet.dispatchers.set(i64::from(fleet.dispatchers));
+    m.fleet.in_flight.set(i64::from(fleet.in_flight));
+    m.fleet.concurrency.set(i64::from(fleet.concurrency));
+    m.fleet.arrivals_per_s.set(fleet.arrivals_per_s);
+    m.fleet.mean_service_s.set(fleet.mean_service_s);
     if let Ok(stats) = state.store.queue_stats(crate::clock::now_ms()).await {
-        let signal = super::scale::signal_from(state, &stats, None);
+        let signal = super::scale::signal_from(state, &stats, &fleet, None);
         m.desired_replicas.set(i64::from(signal.desired_replicas));
-        for (name, n) in [
-            ("ready", stats.ready),
-            ("leased", stats.leased),
-            ("delivered", stats.delivered),
-            ("dead", stats.dead),
-        ] {
+        for (name, n) in
+            QUEUE_STATES
+                .into_iter()
+                .zip([stats.ready, stats.leased, stats.delivered, stats.dead])
+        {
             m.queue_depth
                 .get_or_create(&StateLabel { state: name })
                 .set(n as i64);
         }
+        // The longest-waiting tenants only: the ones an age alert is about.
+        let mut ages = stats.oldest_ready_age_ms;
+        ages.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ages.truncate(m.settings().top_tenants);
         m.oldest_ready_age.clear();
-        for (tenant, age_ms) in stats.oldest_ready_age_ms {
+        for (tenant, age_ms) in ages {
             m.oldest_ready_age
                 .get_or_create(&TenantLabel { tenant })
                 .set(age_ms as f64 / 1000.0);
         }
     }
     if let Some(ctx) = &state.dispatcher {
-        let concurrency = ctx.concurrency();
-        m.lane_size.clear();
-        m.lane_in_flight.clear();
-        m.governor_limit.clear();
-        m.breaker_state.clear();
-        for rt in ctx.endpoints.all() {
-            let label = crate::metrics::Metrics::endpoint(&rt.id);
-            // Touch the seed counters so every known endpoint has a series from zero (a
-            // family without samples is not exported, and `rate()` needs the zero).
-            let _ = m.deliveries_ok.get_or_create(&label);
-            let _ = m.deliveries_shed.get_or_create(&label);
-            let s = rt.state();
-            m.lane_size
-                .get_or_create(&label)
-                .set(i64::from(s.lane_size(&state.settings, concurrency)));
-            m.lane_in_flight
-                .get_or_create(&label)
-                .set(i64::from(rt.lane.in_use()));
-            m.governor_limit.get_or_create(&label).set(s.governor.limit);
-            m.breaker_state
-                .get_or_create(&label)
-                .set(i64::from(s.breaker.state_code()));
+        m.heartbeat_age_seconds.set(ctx.heartbeat_age_s());
+        let view = ctx.view(crate::dispatcher::Look::Endpoints { windows: false });
+        let gauges: Vec<(String, EndpointGauges)> = view
+            .endpoints
+            .into_iter()
+            .map(|e| {
+                let g = EndpointGauges {
+                    lane_size: e.lane_size,
+                    lane_in_flight: e.lane_in_use,
+                    governor_limit: e.governor_limit,
+                    breaker: e.breaker,
+                };
+                (e.id, g)
+            })
+            .collect();
+        for breaker in BREAKER_STATES {
+            let n = gauges.iter().filter(|(_, g)| g.breaker == breaker).count();
+            m.breakers
+                .get_or_create(&StateLabel { state: breaker })
+                .set(n as i64);
         }
+        m.endpoints.set_gauges(gauges);
     }
 }
 
 /// Unknown routes.
-pub async fn not_found() -> Problem {
+pub(super) async fn not_found() -> Problem {
     Problem::new(StatusCode::NOT_FOUND, "no such route")
 }

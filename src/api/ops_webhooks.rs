@@ -12,7 +12,8 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoints::{check_destination, new_endpoint};
+use super::endpoint_checks::check_destination;
+use super::endpoints::new_endpoint;
 use super::error::{ApiResult, Problem};
 use super::views::{EndpointOut, check_text};
 use super::{AppState, Body};
@@ -31,7 +32,7 @@ pub struct OperationalWebhook {
 }
 
 /// Register (201, with the signing secret) or change (200) the tenant's operational webhook.
-#[utoipa::path(put, path = "/v1/operational-webhook", tag = "operational webhook",
+#[utoipa::path(put, path = "/v1/operational-webhook", operation_id = "setOperationalWebhook", tag = "operational webhook",
     security(("tenant" = [])),
     request_body = OperationalWebhook,
     responses((status = 201, body = EndpointOut), (status = 200, body = EndpointOut),
@@ -43,22 +44,22 @@ pub async fn put(
     TenantAuth(tenant): TenantAuth,
     Body(req): Body<OperationalWebhook>,
 ) -> ApiResult<(StatusCode, Json<EndpointOut>)> {
-    check_destination(&state, &req.url).await?;
+    let url = check_destination(&state, &req.url).await?;
     check_text("description", &req.description, 1000)?;
     let id = operational_id(&tenant.id);
     match state.store.endpoint(Some(&tenant.id), &id).await {
         Ok(mut e) => {
-            e.url = req.url;
+            e.url = url;
             e.description = req.description;
             e.updated_at_ms = crate::clock::now_ms();
             state.store.update_endpoint(&e).await?;
             if let Some(ctx) = &state.dispatcher {
-                ctx.endpoints.invalidate(&e.id);
+                ctx.reload_endpoint(&e.id);
             }
             Ok((StatusCode::OK, Json(EndpointOut::new(e, false))))
         }
         Err(StoreError::NotFound(_)) => {
-            let mut e = new_endpoint(id, tenant.id, req.url, true);
+            let mut e = new_endpoint(id, tenant.id, url, true, crate::signing::Scheme::V1);
             e.description = req.description;
             state.store.create_endpoint(&e).await?;
             Ok((StatusCode::CREATED, Json(EndpointOut::new(e, true))))
@@ -68,7 +69,7 @@ pub async fn put(
 }
 
 /// The tenant's operational webhook (its deliveries and status are under `/v1/endpoints/{id}`).
-#[utoipa::path(get, path = "/v1/operational-webhook", tag = "operational webhook",
+#[utoipa::path(get, path = "/v1/operational-webhook", operation_id = "getOperationalWebhook", tag = "operational webhook",
     security(("tenant" = [])),
     responses((status = 200, body = EndpointOut),
         (status = "4XX", body = Problem,
@@ -84,7 +85,7 @@ pub async fn get(
 }
 
 /// Stop operational notifications.
-#[utoipa::path(delete, path = "/v1/operational-webhook", tag = "operational webhook",
+#[utoipa::path(delete, path = "/v1/operational-webhook", operation_id = "deleteOperationalWebhook", tag = "operational webhook",
     security(("tenant" = [])),
     responses((status = 204),
         (status = "4XX", body = Problem,

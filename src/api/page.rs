@@ -11,15 +11,15 @@ use super::error::Problem;
 use super::views::StateParam;
 
 /// Largest page.
-pub const MAX_LIMIT: u32 = 500;
+pub(super) const MAX_LIMIT: u32 = 500;
 /// Page size when none is asked for.
-pub const DEFAULT_LIMIT: u32 = 50;
+pub(super) const DEFAULT_LIMIT: u32 = 50;
 
 /// Query parameters of a list.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct PageQuery {
+pub(crate) struct PageQuery {
     /// Page size, 1–500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
@@ -31,11 +31,11 @@ pub struct PageQuery {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct DeliveryQuery {
+pub(crate) struct DeliveryQuery {
     /// Page size, 1–500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
-    /// The `next` cursor of the previous page (a delivery id).
+    /// The `next` cursor of the previous page (a delivery id, `dlv_…`).
     pub after: Option<String>,
     /// Only deliveries in this state.
     pub state: Option<StateParam>,
@@ -43,7 +43,7 @@ pub struct DeliveryQuery {
 
 impl DeliveryQuery {
     /// The page part.
-    pub fn page(&self) -> PageQuery {
+    pub(crate) fn page(&self) -> PageQuery {
         PageQuery {
             limit: self.limit,
             after: self.after.clone(),
@@ -53,7 +53,7 @@ impl DeliveryQuery {
 
 impl PageQuery {
     /// The page size, validated.
-    pub fn limit(&self) -> Result<u32, Problem> {
+    pub(crate) fn limit(&self) -> Result<u32, Problem> {
         match self.limit {
             None => Ok(DEFAULT_LIMIT),
             Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
@@ -65,7 +65,7 @@ impl PageQuery {
     }
 
     /// The cursor, checked to look like an id of the given prefix.
-    pub fn after_id(&self, prefix: &str) -> Result<Option<&str>, Problem> {
+    pub(crate) fn after_id(&self, prefix: &str) -> Result<Option<&str>, Problem> {
         match self.after.as_deref() {
             None => Ok(None),
             Some(c) if c.starts_with(prefix) && super::views::looks_like_id(c) => Ok(Some(c)),
@@ -73,14 +73,12 @@ impl PageQuery {
         }
     }
 
-    /// The cursor as a numeric id.
-    pub fn after_number(&self) -> Result<Option<i64>, Problem> {
+    /// The cursor as the row number of a numbered id (`dlv_42` for `prefix` `dlv`).
+    pub(crate) fn after_number(&self, prefix: &str) -> Result<Option<i64>, Problem> {
         self.after
             .as_deref()
             .map(|c| {
-                c.parse::<i64>()
-                    .ok()
-                    .filter(|n| *n >= 0)
+                crate::ids::parse_numbered(prefix, c)
                     .ok_or_else(|| Problem::bad_request("after", format!("bad cursor {c:?}")))
             })
             .transpose()
@@ -89,7 +87,7 @@ impl PageQuery {
 
 /// One page of results.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Page<T> {
+pub(crate) struct Page<T> {
     /// The items.
     pub data: Vec<T>,
     /// Cursor for the next page (pass it as `after`), or null at the end.
@@ -98,7 +96,7 @@ pub struct Page<T> {
 
 impl<T> Page<T> {
     /// A page whose next cursor is derived from its last item when it is full.
-    pub fn new(data: Vec<T>, limit: u32, cursor: impl Fn(&T) -> String) -> Self {
+    pub(crate) fn new(data: Vec<T>, limit: u32, cursor: impl Fn(&T) -> String) -> Self {
         let next = if data.len() as u32 >= limit {
             data.last().map(cursor)
         } else {
@@ -109,7 +107,7 @@ impl<T> Page<T> {
 }
 
 /// A query string of type `T`; a bad one is a 400 problem naming the parameter.
-pub struct Q<T>(pub T);
+pub(crate) struct Q<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Q<T> {
     type Rejection = Problem;

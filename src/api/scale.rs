@@ -1,5 +1,7 @@
 //! The autoscaling signal: `GET /v1/scale` (operator) and the `sluice_desired_replicas` gauge,
-//! from the age of the oldest ready delivery and the live load (seed 004, step 4).
+//! from the age of the oldest ready delivery (a store read) and the live fleet's load and
+//! replica count (the dispatchers' heartbeats): replicas grow when work waits
+//! longer than the target age and shrink slowly, never below the floor.
 
 use axum::Json;
 use axum::extract::State;
@@ -11,51 +13,62 @@ use super::auth::Admin;
 use super::error::ApiResult;
 use super::page::Q;
 use crate::sizing::ScalingPolicy;
+use crate::sizing::fleet::FleetLoad;
 use crate::sizing::signal::{ScaleSignal, max_oldest_ready_age_s, scale_signal};
 use crate::store::QueueStats;
 
 /// Query of `GET /v1/scale`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
-pub struct ScaleQuery {
-    /// Dispatcher replicas running now (default: the live dispatchers Redis knows of, else 1).
+#[into_params(parameter_in = Query)]
+pub(crate) struct ScaleQuery {
+    /// Dispatcher replicas running now (default: the dispatchers with a fresh heartbeat).
     pub current_replicas: Option<u32>,
 }
 
-/// The signal from current figures.
-pub async fn signal(state: &AppState, current: Option<u32>) -> ApiResult<ScaleSignal> {
-    let stats = state.store.queue_stats(crate::clock::now_ms()).await?;
-    Ok(signal_from(state, &stats, current))
+/// The live fleet, from the heartbeats in the store (fresh: within three intervals).
+pub(crate) async fn fleet(state: &AppState) -> crate::store::StoreResult<FleetLoad> {
+    let since = crate::clock::now_ms() - state.settings.heartbeat_fresh().as_millis() as i64;
+    let beats = state.store.heartbeats(since).await?;
+    Ok(FleetLoad::from_heartbeats(&beats, since))
 }
 
-/// The signal from queue figures already read.
-pub fn signal_from(state: &AppState, stats: &QueueStats, current: Option<u32>) -> ScaleSignal {
+/// The signal from current figures.
+pub(crate) async fn signal(state: &AppState, current: Option<u32>) -> ApiResult<ScaleSignal> {
+    let stats = state.store.queue_stats(crate::clock::now_ms()).await?;
+    let fleet = fleet(state).await?;
+    Ok(signal_from(state, &stats, &fleet, current))
+}
+
+/// The signal from figures already read: the age from the store, the load and the current
+/// replicas from the live fleet (whichever process computes it, an API-only one included).
+pub(crate) fn signal_from(
+    state: &AppState,
+    stats: &QueueStats,
+    fleet: &FleetLoad,
+    current: Option<u32>,
+) -> ScaleSignal {
     let oldest = max_oldest_ready_age_s(&stats.oldest_ready_age_ms);
-    let (rate, mean, tasks, live) = match &state.dispatcher {
-        Some(ctx) => {
-            let (rate, mean) = crate::lease::live_load(ctx);
-            let live = ctx.fleet.0.as_ref().map(|f| f.live_dispatchers());
-            (rate, mean, ctx.concurrency(), live)
-        }
-        None => (0.0, 0.0, state.settings.concurrency.ceiling(), None),
-    };
-    let current = current.or(live).unwrap_or(1).max(1);
+    let tasks = fleet.tasks_per_replica(state.settings.concurrency.ceiling());
     scale_signal(
-        current,
+        current.unwrap_or(fleet.dispatchers),
         oldest,
-        rate,
-        mean,
-        tasks.max(1),
+        fleet.arrivals_per_s,
+        fleet.mean_service_s,
+        tasks,
         &ScalingPolicy::default(),
     )
 }
 
 /// `GET /v1/scale`: how many dispatcher replicas the controller wants, and why.
-#[utoipa::path(get, path = "/v1/scale", tag = "operations", params(ScaleQuery),
+#[utoipa::path(get, path = "/v1/scale", operation_id = "getScaleSignal", tag = "operations", params(ScaleQuery),
     security(("admin" = [])),
-    responses((status = 200, body = Object, description = "the scaling signal"),
-        (status = 401, body = super::error::Problem, content_type = "application/problem+json")))]
-pub async fn get(
+    responses((status = 200, body = ScaleSignal, description = "the scaling signal"),
+        (status = "4XX", body = super::error::Problem,
+            content_type = "application/problem+json"),
+        (status = 503, body = super::error::Problem, content_type = "application/problem+json",
+            description = "The database did not answer within the store deadline")))]
+pub(crate) async fn get(
     State(state): State<AppState>,
     _: Admin,
     Q(q): Q<ScaleQuery>,

@@ -14,8 +14,10 @@ use super::AppState;
 use super::auth::TenantAuth;
 use super::error::{ApiResult, Problem};
 use super::views::check_id;
+use crate::dispatcher::view::LaneBasis;
+use crate::dispatcher::{EndpointView, Look};
 use crate::stats::window::DEFAULT_WINDOW;
-use crate::stats::{WindowSnapshot, evidence};
+use crate::stats::{AttemptKind, Condition, FailureCounts, Standing, WindowSnapshot, evidence};
 use crate::store::{AttemptView, Endpoint};
 
 /// Most attempts read from the store for the fallback figures.
@@ -26,6 +28,10 @@ const STORE_SAMPLE: u32 = 10_000;
 pub struct EndpointStatus {
     /// `ep_…`
     pub endpoint_id: String,
+    /// What it is doing: `delivering`, `failing` (more attempts failed than were delivered),
+    /// `paused` (a Retry-After pause), `breaker_open`, `disabled`, or `idle` (no attempt in the
+    /// window). The sentence leads with it.
+    pub condition: Condition,
     /// Is it enabled?
     pub enabled: bool,
     /// Why it was disabled.
@@ -47,15 +53,26 @@ pub struct EndpointStatus {
     pub p99_s: Option<f64>,
     /// Mean response time, seconds.
     pub mean_s: Option<f64>,
-    /// Configured lane: concurrent deliveries allowed (override or default, within the
-    /// fairness ceiling).
+    /// 95th-percentile response time of the delivered attempts only, seconds: what the
+    /// sustainable rate is computed from.
+    pub delivered_p95_s: Option<f64>,
+    /// Failed attempts in the window, by how they failed.
+    pub failures: FailureCounts,
+    /// The lane: concurrent deliveries allowed (the endpoint's override as stored now, else
+    /// Little's Law on its window — offered rate × mean service time × headroom — else the
+    /// default; within the fairness ceiling).
     pub lane_size: u32,
+    /// `override`, `measured` or `default`: where `lane_size` comes from (`default` without a
+    /// dispatcher, or before the window holds 20 attempts).
+    pub lane_basis: crate::dispatcher::view::LaneBasis,
     /// The lane in force now: min(lane size, governor limit).
     pub effective_lane: u32,
     /// Deliveries in flight now (null without a dispatcher).
     pub in_flight: Option<u32>,
     /// The AIMD governor's limit (null without a dispatcher).
     pub governor_limit: Option<f64>,
+    /// Is a Retry-After pause running (null without a dispatcher)?
+    pub paused: Option<bool>,
     /// `closed`, `open` or `half_open` (null without a dispatcher).
     pub breaker_state: Option<String>,
     /// Deliveries reaching admission, per second.
@@ -68,56 +85,90 @@ pub struct EndpointStatus {
     pub shed_per_s: f64,
     /// Shed ÷ offered, 0 to 1.
     pub shed_share: f64,
-    /// What the lane sustains at the p95: effective lane ÷ p95, per second.
+    /// What the lane sustains at the deliveries' p95: effective lane ÷ delivered p95, per
+    /// second (null without a delivery in the window).
     pub sustainable_per_s: Option<f64>,
     /// The figures in one sentence.
     pub sentence: String,
 }
 
 /// The endpoint's evidence; another tenant's endpoint is a 404.
-#[utoipa::path(get, path = "/v1/endpoints/{id}/status", tag = "endpoints",
+#[utoipa::path(get, path = "/v1/endpoints/{id}/status", operation_id = "getEndpointStatus", tag = "endpoints",
     security(("tenant" = [])),
     params(("id" = String, Path, description = "`ep_…`")),
     responses((status = 200, body = EndpointStatus),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn status(
+pub(crate) async fn status(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
 ) -> ApiResult<Json<EndpointStatus>> {
-    check_id("endpoint", &id)?;
-    let endpoint = state.store.endpoint(Some(&tenant.id), &id).await?;
+    endpoint_status(&state, &tenant.id, &id).await.map(Json)
+}
+
+/// The evidence for `tenant`'s endpoint `id` (another tenant's id is a 404): what the JSON
+/// route answers and what the console shows.
+pub(crate) async fn endpoint_status(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+) -> ApiResult<EndpointStatus> {
+    check_id("endpoint", id)?;
+    let endpoint = state.store.endpoint(Some(tenant), id).await?;
     match &state.dispatcher {
-        Some(ctx) => Ok(Json(live(&state, ctx, endpoint))),
-        None => from_store(&state, endpoint).await.map(Json),
+        Some(ctx) => Ok(live(state, ctx, endpoint)),
+        None => from_store(state, endpoint).await,
     }
 }
 
 fn live(state: &AppState, ctx: &crate::dispatcher::Ctx, e: Endpoint) -> EndpointStatus {
-    let concurrency = ctx.concurrency();
-    let Some(rt) = ctx.endpoints.cached(&e.id) else {
-        let lane = configured_lane(state, &e, concurrency);
+    let view = ctx.view(Look::Endpoint(&e.id));
+    // The lane as stored now, not as the dispatcher last loaded it: a change shows at once.
+    let lane = configured_lane(state, &e, view.pool.concurrency);
+    let Some(live) = view.endpoints.into_iter().next() else {
         let note = "no delivery to this endpoint has been handled by this dispatcher yet";
-        return build(e, "dispatcher", Some(note.into()), &empty(), lane, lane);
+        return build(
+            e,
+            "dispatcher",
+            Some(note.into()),
+            &empty(),
+            lane,
+            lane,
+            None,
+        );
     };
-    let in_flight = rt.lane.in_use();
-    let (snapshot, lane, effective, limit, breaker) = {
-        let s = rt.state();
-        (
-            s.window.snapshot(tokio::time::Instant::now()),
-            s.lane_size(&state.settings, concurrency),
-            s.effective_lane(&state.settings, concurrency),
-            s.governor.limit,
-            s.breaker.state_name(),
-        )
+    let snapshot = live.window.clone().unwrap_or_else(empty);
+    // An override is read from the store, so a change shows before the dispatcher reloads the
+    // endpoint; without one, the dispatcher's measured (or default) lane, unless what it holds
+    // is an override the store no longer has.
+    let (lane, basis) = match (e.lane_size, live.lane_basis) {
+        (Some(_), _) => (lane, LaneBasis::Override),
+        (None, LaneBasis::Override) => (lane, LaneBasis::Default),
+        (None, basis) => (live.lane_size, basis),
     };
-    let mut out = build(e, "dispatcher", None, &snapshot, lane, effective);
-    out.in_flight = Some(in_flight);
-    out.governor_limit = Some(limit);
-    out.breaker_state = Some(breaker.to_owned());
+    let effective = live_lane(lane, live.governor_limit);
+    let mut out = build(
+        e,
+        "dispatcher",
+        None,
+        &snapshot,
+        lane,
+        effective,
+        Some(&live),
+    );
+    out.lane_basis = basis;
+    out.in_flight = Some(live.lane_in_use);
+    out.governor_limit = Some(live.governor_limit);
+    out.paused = Some(live.paused);
+    out.breaker_state = Some(live.breaker.to_owned());
     out
+}
+
+/// The lane in force: the stored lane, narrowed by the governor's live limit (at least 1).
+fn live_lane(lane: u32, governor_limit: f64) -> u32 {
+    (governor_limit.floor() as u32).min(lane).max(1)
 }
 
 async fn from_store(state: &AppState, e: Endpoint) -> ApiResult<EndpointStatus> {
@@ -138,7 +189,7 @@ async fn from_store(state: &AppState, e: Endpoint) -> ApiResult<EndpointStatus> 
         attempts.len(),
         DEFAULT_WINDOW.as_secs()
     );
-    Ok(build(e, "store", Some(note), &snapshot, lane, lane))
+    Ok(build(e, "store", Some(note), &snapshot, lane, lane, None))
 }
 
 fn configured_lane(state: &AppState, e: &Endpoint, concurrency: u32) -> u32 {
@@ -155,10 +206,17 @@ fn build(
     s: &WindowSnapshot,
     lane: u32,
     effective: u32,
+    live: Option<&EndpointView>,
 ) -> EndpointStatus {
-    let ev = evidence(s, effective);
+    let standing = Standing {
+        disabled: (!e.enabled).then(|| e.disabled_reason.as_deref().unwrap_or("disabled")),
+        breaker_open: live.is_some_and(|l| l.breaker_holding),
+        paused: live.is_some_and(|l| l.paused),
+    };
+    let ev = evidence(s, effective, standing);
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
     EndpointStatus {
+        condition: ev.condition,
         endpoint_id: e.id,
         enabled: e.enabled,
         disabled_reason: e.disabled_reason,
@@ -170,10 +228,18 @@ fn build(
         p95_s: secs(s.p95),
         p99_s: secs(s.p99),
         mean_s: secs(s.mean),
+        delivered_p95_s: secs(s.delivered_p95),
+        failures: s.failures,
         lane_size: lane,
+        lane_basis: if e.lane_size.is_some() {
+            LaneBasis::Override
+        } else {
+            LaneBasis::Default
+        },
         effective_lane: effective,
         in_flight: None,
         governor_limit: None,
+        paused: None,
         breaker_state: None,
         offered_per_s: s.offered_per_s,
         delivered_per_s: s.delivered_per_s,
@@ -189,26 +255,37 @@ fn empty() -> WindowSnapshot {
     snapshot_of(&[], Duration::ZERO)
 }
 
-/// A window snapshot from recorded attempts: quantiles by nearest rank, rates over `span`.
-/// Shedding is never recorded as an attempt, so it reads zero here.
-pub fn snapshot_of(attempts: &[AttemptView], span: Duration) -> WindowSnapshot {
+/// The `q` quantile of sorted millisecond durations, by nearest rank.
+fn nearest_rank(sorted: &[u32], q: f64) -> Option<Duration> {
+    let n = sorted.len();
+    (n > 0).then(|| {
+        let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+        Duration::from_millis(u64::from(sorted[rank - 1]))
+    })
+}
+
+/// A window snapshot from recorded attempts: quantiles by nearest rank, rates over `span`,
+/// failures by kind from each attempt's status or error. Shedding is never recorded as an
+/// attempt, so it reads zero here.
+pub(crate) fn snapshot_of(attempts: &[AttemptView], span: Duration) -> WindowSnapshot {
     let mut durations: Vec<u32> = attempts.iter().map(|a| a.duration_ms).collect();
     durations.sort_unstable();
     let n = durations.len();
-    let quantile = |q: f64| {
-        (n > 0).then(|| {
-            let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
-            Duration::from_millis(u64::from(durations[rank - 1]))
-        })
-    };
+    let quantile = |q: f64| nearest_rank(&durations, q);
     let mean = (n > 0).then(|| {
         let total: u64 = durations.iter().map(|d| u64::from(*d)).sum();
         Duration::from_secs_f64(total as f64 / n as f64 / 1000.0)
     });
-    let ok = attempts
-        .iter()
-        .filter(|a| a.status.is_some_and(|s| (200..300).contains(&s)))
-        .count();
+    let mut failures = FailureCounts::default();
+    let mut delivered: Vec<u32> = Vec::new();
+    for a in attempts {
+        match AttemptKind::classify(a.status, a.error_kind.as_deref()) {
+            AttemptKind::Delivered => delivered.push(a.duration_ms),
+            kind => failures.record(kind),
+        }
+    }
+    delivered.sort_unstable();
+    let ok = delivered.len();
     let per_s = |count: usize| {
         if span.is_zero() {
             0.0
@@ -234,5 +311,8 @@ pub fn snapshot_of(attempts: &[AttemptView], span: Duration) -> WindowSnapshot {
         } else {
             (n - ok) as f64 / n as f64
         },
+        delivered_p95: nearest_rank(&delivered, 0.95),
+        delivered: ok as u64,
+        failures,
     }
 }

@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::auth::Admin;
 use super::error::{ApiResult, Problem};
 use super::page::{Page, PageQuery, Q};
+use super::time::Timestamp;
 use super::views::{check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
@@ -17,20 +18,20 @@ use crate::store::Tenant;
 /// `POST /v1/tenants`
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CreateTenant {
+pub(super) struct CreateTenant {
     /// Display name, 1–200 characters.
     pub name: String,
 }
 
 /// A tenant, with its token only when just created or rotated.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TenantOut {
+pub(super) struct TenantOut {
     /// `ten_…`
     pub id: String,
     /// Display name.
     pub name: String,
     /// When it was created.
-    pub created_at_ms: i64,
+    pub created_at: Timestamp,
     /// The API token: shown once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
@@ -41,20 +42,20 @@ impl From<Tenant> for TenantOut {
         Self {
             id: t.id,
             name: t.name,
-            created_at_ms: t.created_at_ms,
+            created_at: Timestamp(t.created_at_ms),
             token: None,
         }
     }
 }
 
 /// Create a tenant; the answer carries its API token, shown once.
-#[utoipa::path(post, path = "/v1/tenants", tag = "tenants", security(("admin" = [])),
+#[utoipa::path(post, path = "/v1/tenants", operation_id = "createTenant", tag = "tenants", security(("admin" = [])),
     request_body = CreateTenant,
     responses((status = 201, body = TenantOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn create(
+pub(super) async fn create(
     State(state): State<AppState>,
     _: Admin,
     Body(req): Body<CreateTenant>,
@@ -67,6 +68,13 @@ pub async fn create(
         ));
     }
     check_text("name", name, 200)?;
+    // A name is one line: it is shown in lists and logs.
+    if name.contains(['\n', '\t']) {
+        return Err(Problem::unprocessable(
+            "name",
+            "name must be one line without tabs",
+        ));
+    }
     let token = ids::new_token("sk");
     let tenant = Tenant {
         id: ids::new_id("ten"),
@@ -81,13 +89,13 @@ pub async fn create(
 }
 
 /// List tenants in id order.
-#[utoipa::path(get, path = "/v1/tenants", tag = "tenants", security(("admin" = [])),
+#[utoipa::path(get, path = "/v1/tenants", operation_id = "listTenants", tag = "tenants", security(("admin" = [])),
     params(PageQuery),
     responses((status = 200, body = Page<TenantOut>),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn list(
+pub(super) async fn list(
     State(state): State<AppState>,
     _: Admin,
     Q(q): Q<PageQuery>,
@@ -99,13 +107,13 @@ pub async fn list(
 }
 
 /// One tenant.
-#[utoipa::path(get, path = "/v1/tenants/{id}", tag = "tenants", security(("admin" = [])),
+#[utoipa::path(get, path = "/v1/tenants/{id}", operation_id = "getTenant", tag = "tenants", security(("admin" = [])),
     params(("id" = String, Path, description = "`ten_…`")),
     responses((status = 200, body = TenantOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn get(
+pub(super) async fn get(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,
@@ -115,13 +123,13 @@ pub async fn get(
 }
 
 /// Delete a tenant and all of its data (endpoints, messages, deliveries, attempts).
-#[utoipa::path(delete, path = "/v1/tenants/{id}", tag = "tenants", security(("admin" = [])),
+#[utoipa::path(delete, path = "/v1/tenants/{id}", operation_id = "deleteTenant", tag = "tenants", security(("admin" = [])),
     params(("id" = String, Path, description = "`ten_…`")),
     responses((status = 204),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn delete(
+pub(super) async fn delete(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,
@@ -133,14 +141,14 @@ pub async fn delete(
 }
 
 /// Replace a tenant's API token; the old one stops working at once.
-#[utoipa::path(post, path = "/v1/tenants/{id}/rotate-token", tag = "tenants",
+#[utoipa::path(post, path = "/v1/tenants/{id}/rotate-token", operation_id = "rotateTenantToken", tag = "tenants",
     security(("admin" = [])),
     params(("id" = String, Path, description = "`ten_…`")),
     responses((status = 200, body = TenantOut),
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub async fn rotate_token(
+pub(super) async fn rotate_token(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,

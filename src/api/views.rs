@@ -1,20 +1,25 @@
 //! What the API shows: the response shapes of every resource, documented for the OpenAPI
 //! document, built from the store's rows (which never leak secrets or other tenants' fields).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::Problem;
+use super::time::Timestamp;
+use crate::ids;
+use crate::signing::{Scheme, SigningKey, scheme_of};
 use crate::store::{AttemptView, DeliveryState, DeliveryView, Endpoint, EndpointEvent};
 
 /// Does `id` look like one of our ids (`ep_…`, `msg_…`)? Anything else cannot exist, so it is a
 /// 404 without a trip to the store (and odd bytes never reach SQL).
-pub fn looks_like_id(id: &str) -> bool {
+pub(crate) fn looks_like_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// Check a path id of a resource; an impossible id is that resource's 404.
-pub fn check_id(what: &'static str, id: &str) -> Result<(), Problem> {
+pub(crate) fn check_id(what: &'static str, id: &str) -> Result<(), Problem> {
     if looks_like_id(id) {
         Ok(())
     } else {
@@ -22,17 +27,14 @@ pub fn check_id(what: &'static str, id: &str) -> Result<(), Problem> {
     }
 }
 
-/// A numeric delivery id from the path; anything else is a 404.
-pub fn delivery_id(id: &str) -> Result<i64, Problem> {
-    id.parse::<i64>()
-        .ok()
-        .filter(|n| *n > 0)
-        .ok_or_else(|| Problem::not_found("delivery"))
+/// A delivery id (`dlv_…`) from the path, as the store's row number; anything else is a 404.
+pub(crate) fn delivery_id(id: &str) -> Result<i64, Problem> {
+    ids::parse_numbered(ids::DELIVERY, id).ok_or_else(|| Problem::not_found("delivery"))
 }
 
 /// Reject text with control characters (they have no place in names and descriptions, and some
 /// databases refuse NUL).
-pub fn check_text(field: &str, text: &str, max_chars: usize) -> Result<(), Problem> {
+pub(crate) fn check_text(field: &str, text: &str, max_chars: usize) -> Result<(), Problem> {
     if text.chars().count() > max_chars {
         return Err(Problem::unprocessable(
             field,
@@ -96,7 +98,8 @@ pub struct EndpointOut {
     pub url: String,
     /// Free text.
     pub description: String,
-    /// Event types delivered here; empty means every type.
+    /// Event types delivered here (exact, or a prefix pattern like `order.*`); empty means every
+    /// type.
     pub event_types: Vec<String>,
     /// Disabled endpoints keep their deliveries but receive nothing.
     pub enabled: bool,
@@ -114,13 +117,21 @@ pub struct EndpointOut {
     pub read_timeout_ms: Option<u32>,
     /// Total deadline override, milliseconds.
     pub total_timeout_ms: Option<u32>,
-    /// Until when the previous secret still signs (after a rotation).
-    pub previous_secret_until_ms: Option<i64>,
+    /// Headers sent with every attempt (lower-case names).
+    pub headers: BTreeMap<String, String>,
+    /// How deliveries are signed: `v1` (HMAC-SHA256, verify with the `whsec_` secret) or `v1a`
+    /// (Ed25519, verify with `public_key`).
+    pub signature_scheme: Scheme,
+    /// For `v1a`: the `whpk_…` public key receivers verify with (null for `v1`).
+    pub public_key: Option<String>,
+    /// Until when the previous key still signs too (after a rotation); both signatures are sent.
+    pub previous_secret_until: Option<Timestamp>,
     /// When it was created.
-    pub created_at_ms: i64,
+    pub created_at: Timestamp,
     /// Last change.
-    pub updated_at_ms: i64,
-    /// The signing secret (`whsec_…`): shown only when created or rotated.
+    pub updated_at: Timestamp,
+    /// The signing secret, shown only when created or rotated: `whsec_…` for `v1`, the
+    /// `whsk_…` secret key for `v1a` (sluice signs with it; receivers need only the public key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
 }
@@ -131,6 +142,13 @@ impl EndpointOut {
         let overlap = e
             .previous_secret_until_ms
             .filter(|until| *until > crate::clock::now_ms() && e.previous_secret.is_some());
+        let scheme = scheme_of(&e.secret);
+        let public_key = match scheme {
+            Scheme::V1 => None,
+            Scheme::V1a => SigningKey::parse(&e.secret)
+                .ok()
+                .and_then(|k| k.public_key()),
+        };
         Self {
             secret: with_secret.then_some(e.secret),
             id: e.id,
@@ -145,69 +163,75 @@ impl EndpointOut {
             connect_timeout_ms: e.connect_timeout_ms,
             read_timeout_ms: e.read_timeout_ms,
             total_timeout_ms: e.total_timeout_ms,
-            previous_secret_until_ms: overlap,
-            created_at_ms: e.created_at_ms,
-            updated_at_ms: e.updated_at_ms,
+            headers: e.headers,
+            signature_scheme: scheme,
+            public_key,
+            previous_secret_until: overlap.map(Timestamp),
+            created_at: Timestamp(e.created_at_ms),
+            updated_at: Timestamp(e.updated_at_ms),
         }
     }
 }
 
 /// One message × endpoint pair.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DeliveryOut {
-    /// Delivery id.
-    pub id: i64,
-    /// Message id.
+pub(crate) struct DeliveryOut {
+    /// `dlv_…`
+    pub id: String,
+    /// `msg_…`: also the `webhook-id` of every attempt.
     pub message_id: String,
-    /// Endpoint id.
+    /// `ep_…`
     pub endpoint_id: String,
     /// Current state.
     pub state: StateParam,
-    /// Attempts made (shedding never counts).
+    /// Attempts made since it was created or last replayed, resent or recovered (shedding
+    /// never counts).
     pub attempts: u32,
-    /// When it becomes (or became) due.
-    pub visible_at_ms: i64,
+    /// When the next attempt is due, while it is `ready` (null in every other state).
+    pub next_attempt_at: Option<Timestamp>,
     /// HTTP status of the last attempt.
     pub last_status: Option<u16>,
-    /// Error kind or dead-letter reason of the last attempt.
+    /// Error kind of the last attempt, the dead-letter reason, or how it was made ready again
+    /// (`replayed`, `resent`, `recovered`).
     pub last_error: Option<String>,
-    /// When it was created.
-    pub created_at_ms: i64,
+    /// When it was created (the message's arrival).
+    pub created_at: Timestamp,
     /// Last change.
-    pub updated_at_ms: i64,
+    pub updated_at: Timestamp,
 }
 
 impl From<DeliveryView> for DeliveryOut {
     fn from(d: DeliveryView) -> Self {
         Self {
-            id: d.id,
+            id: ids::numbered(ids::DELIVERY, d.id),
             message_id: d.message_id,
             endpoint_id: d.endpoint_id,
             state: d.state.into(),
             attempts: d.attempts,
-            visible_at_ms: d.visible_at_ms,
+            next_attempt_at: (d.state == DeliveryState::Ready)
+                .then_some(Timestamp(d.visible_at_ms)),
             last_status: d.last_status,
             last_error: d.last_error,
-            created_at_ms: d.created_at_ms,
-            updated_at_ms: d.updated_at_ms,
+            created_at: Timestamp(d.created_at_ms),
+            updated_at: Timestamp(d.updated_at_ms),
         }
     }
 }
 
 /// One attempt: status, error kind, duration, truncated response.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AttemptOut {
-    /// Attempt id.
-    pub id: i64,
-    /// Delivery id.
-    pub delivery_id: i64,
-    /// When it started (epoch ms).
-    pub started_at_ms: i64,
+pub(crate) struct AttemptOut {
+    /// `att_…`
+    pub id: String,
+    /// `dlv_…`
+    pub delivery_id: String,
+    /// When it started.
+    pub started_at: Timestamp,
     /// How long it took, milliseconds.
     pub duration_ms: u32,
     /// HTTP status, if a response arrived.
     pub status: Option<u16>,
-    /// Error kind (`timeout_read`, `connection_refused`, …) when it failed.
+    /// Error kind (`timeout_read`, `connection_refused`, …) when it failed without a status.
     pub error_kind: Option<String>,
     /// The response body, truncated.
     pub response: Option<String>,
@@ -216,9 +240,9 @@ pub struct AttemptOut {
 impl From<AttemptView> for AttemptOut {
     fn from(a: AttemptView) -> Self {
         Self {
-            id: a.id,
-            delivery_id: a.delivery_id,
-            started_at_ms: a.started_at_ms,
+            id: ids::numbered(ids::ATTEMPT, a.id),
+            delivery_id: ids::numbered(ids::DELIVERY, a.delivery_id),
+            started_at: Timestamp(a.started_at_ms),
             duration_ms: a.duration_ms,
             status: a.status,
             error_kind: a.error_kind,
@@ -229,13 +253,14 @@ impl From<AttemptView> for AttemptOut {
 
 /// Something that happened to an endpoint: breaker transitions, disables, replays.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct EventOut {
-    /// `breaker_open`, `disabled`, `enabled`, `replayed`, `secret_rotated`, …
+pub(crate) struct EventOut {
+    /// `breaker_open`, `disabled`, `enabled`, `replayed`, `resent`, `recovered`,
+    /// `secret_rotated`, …
     pub kind: String,
     /// What happened, with the figures that caused it.
     pub detail: String,
-    /// When (epoch ms).
-    pub at_ms: i64,
+    /// When.
+    pub at: Timestamp,
 }
 
 impl From<EndpointEvent> for EventOut {
@@ -243,7 +268,7 @@ impl From<EndpointEvent> for EventOut {
         Self {
             kind: e.kind,
             detail: e.detail,
-            at_ms: e.at_ms,
+            at: Timestamp(e.at_ms),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! one keep-alive pool sized to the dispatcher's concurrency.
 
 mod outcome;
+mod record;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,9 +17,10 @@ use tokio::time::Instant;
 
 use crate::config::AttemptTimeouts;
 use crate::egress::{EgressError, EgressPolicy, GuardedResolver};
-use crate::signing::{self, Secret};
+use crate::signing::{self, SigningKey};
 
 pub use outcome::{Decision, decide};
+pub use record::{MAX_ERROR_BYTES, attempt_record, storable};
 
 /// Install the process-wide TLS crypto provider (ring) once; safe to call repeatedly.
 pub fn install_tls_provider() {
@@ -34,8 +36,10 @@ pub struct Target {
     pub tenant_id: String,
     /// Destination.
     pub url: reqwest::Url,
-    /// Signing secrets: the current one first, then the previous during its overlap.
-    pub secrets: Vec<Secret>,
+    /// Signing keys: the current one first, then the previous during its overlap.
+    pub secrets: Vec<SigningKey>,
+    /// The endpoint's own headers, sent with every attempt (checked when they were stored).
+    pub headers: Vec<(reqwest::header::HeaderName, HeaderValue)>,
     /// Effective timeouts (endpoint overrides within the operator's caps).
     pub timeouts: AttemptTimeouts,
 }
@@ -95,8 +99,8 @@ pub struct Response {
     pub status: u16,
     /// `Retry-After`, parsed and not yet clamped.
     pub retry_after: Option<Duration>,
-    /// The body, truncated to the cap.
-    pub body: String,
+    /// The body as it arrived, cut at the cap: raw bytes, made storable by [`attempt_record`].
+    pub body: Vec<u8>,
 }
 
 /// A failure without a response.
@@ -104,7 +108,7 @@ pub struct Response {
 pub struct Failure {
     /// Classification.
     pub kind: ErrorKind,
-    /// Human detail.
+    /// Human detail (from the network: made storable by [`attempt_record`] and [`decide`]).
     pub message: String,
 }
 
@@ -217,14 +221,18 @@ impl Clients {
         let client = self.client(&target.timeouts)?;
         let clock = Instant::now();
         let timestamp_s = started_at_ms / 1000;
-        let secrets: Vec<&Secret> = target.secrets.iter().collect();
         let signature =
-            signing::signature_header(&secrets, message_id, timestamp_s, payload.as_bytes());
+            signing::signature_header(&target.secrets, message_id, timestamp_s, payload.as_bytes());
         phases.sign = clock.elapsed();
 
         let clock = Instant::now();
-        let request = client
-            .post(target.url.clone())
+        let mut request = client.post(target.url.clone());
+        // The endpoint's headers first: sluice's own come after and cannot be overridden (the
+        // API refuses the names anyway).
+        for (name, value) in &target.headers {
+            request = request.header(name, value);
+        }
+        let request = request
             .timeout(target.timeouts.total)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .header(USER_AGENT, HeaderValue::from_static("sluice/0.1"))
@@ -264,7 +272,7 @@ impl Clients {
         Ok(Response {
             status,
             retry_after,
-            body: String::from_utf8_lossy(&body).into_owned(),
+            body,
         })
     }
 }

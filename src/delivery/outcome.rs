@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use super::{ErrorKind, Failure, Response};
+use super::{ErrorKind, Failure, MAX_ERROR_BYTES, Response, storable};
 use crate::admission::governor::Observation;
 use crate::retry::{RetrySchedule, clamp_retry_after};
+use crate::stats::AttemptKind;
 use crate::store::SettleOutcome;
 
 /// The consequences of one attempt.
@@ -21,6 +22,8 @@ pub struct Decision {
     pub disable: Option<String>,
     /// Did the attempt fail (for the error breaker and auto-disable)?
     pub failed: bool,
+    /// How it ended, for the evidence (delivered, refused, timed out, 5xx, 429, other).
+    pub kind: AttemptKind,
 }
 
 /// Decide what follows an attempt; `attempts_made` includes this one.
@@ -44,6 +47,10 @@ pub fn decide(
             reason: format!("{why} after {attempts_made} attempts"),
         },
     };
+    let kind = match result {
+        Ok(r) => AttemptKind::classify(Some(r.status), None),
+        Err(f) => AttemptKind::classify(None, Some(f.kind.as_str())),
+    };
     match result {
         Ok(r) if (200..300).contains(&r.status) => Decision {
             outcome: SettleOutcome::Delivered,
@@ -51,6 +58,7 @@ pub fn decide(
             pause: None,
             disable: None,
             failed: false,
+            kind,
         },
         Ok(r) if r.status == 410 => Decision {
             // Held, not dropped: the endpoint is disabled and its deliveries wait for re-enable.
@@ -59,6 +67,7 @@ pub fn decide(
             pause: None,
             disable: Some("endpoint answered 410 Gone".into()),
             failed: true,
+            kind,
         },
         Ok(r) if matches!(r.status, 429 | 502 | 503 | 504) => {
             let pause = r.retry_after.map(|d| clamp_retry_after(d, max_pause));
@@ -71,6 +80,7 @@ pub fn decide(
                 pause,
                 disable: None,
                 failed: true,
+                kind,
             }
         }
         Ok(r) => Decision {
@@ -79,15 +89,17 @@ pub fn decide(
             pause: None,
             disable: None,
             failed: true,
+            kind,
         },
         Err(f) if f.kind == ErrorKind::Refused => Decision {
             outcome: SettleOutcome::Dead {
-                reason: f.message.clone(),
+                reason: storable(f.message.as_bytes(), MAX_ERROR_BYTES),
             },
             observation: Observation::OtherFailure,
             pause: None,
             disable: None,
             failed: true,
+            kind,
         },
         Err(f) => Decision {
             outcome: retry_or_dead(now_ms, f.kind.as_str().to_string()),
@@ -104,6 +116,7 @@ pub fn decide(
             pause: None,
             disable: None,
             failed: true,
+            kind,
         },
     }
 }
@@ -116,7 +129,7 @@ mod tests {
         Ok(Response {
             status,
             retry_after: retry_after.map(Duration::from_secs),
-            body: String::new(),
+            body: Vec::new(),
         })
     }
 

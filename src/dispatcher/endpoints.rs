@@ -12,7 +12,7 @@ use crate::admission::governor::{self, GovernorState};
 use crate::admission::lane::Lane;
 use crate::config::{AttemptTimeouts, DispatchSettings};
 use crate::delivery::Target;
-use crate::signing::Secret;
+use crate::signing::SigningKey;
 use crate::stats::Window;
 use crate::store::{Endpoint, SharedStore, StoreError};
 
@@ -41,6 +41,23 @@ pub struct EndpointState {
     pub host: String,
     /// Recent attempt duration (exponentially weighted), for sizing claims to the lane.
     pub service_ewma: Option<Duration>,
+    /// The lane Little's Law gives from the window (before the fairness ceiling); `None` until
+    /// the window holds enough attempts.
+    pub measured_lane: Option<u32>,
+    /// When `measured_lane` was last computed.
+    pub lane_sized_at: Option<Instant>,
+}
+
+/// Where an endpoint's lane size comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LaneBasis {
+    /// The operator set it on the endpoint.
+    Override,
+    /// Little's Law on the endpoint's window: arrivals × mean service time × headroom.
+    Measured,
+    /// Not measured yet: the configured default.
+    Default,
 }
 
 /// One endpoint as this dispatcher sees it.
@@ -82,6 +99,12 @@ impl EndpointRuntime {
             .is_ok()
     }
 
+    /// Count one more attempt in flight, whatever the count.
+    pub fn reserve(&self) {
+        self.attempts_in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     /// One attempt counted by [`try_reserve`](Self::try_reserve) finished.
     pub fn unreserve(&self) {
         self.attempts_in_flight
@@ -102,6 +125,20 @@ impl EndpointRuntime {
                 held_now
             }
         }
+    }
+
+    /// Nothing to remember (see [`Endpoints::evict_idle`]); the caller holds no other handle.
+    fn is_idle(&self, now: Instant) -> bool {
+        if self.pending() > 0 || self.attempts_in_flight() > 0 || self.lane.in_use() > 0 {
+            return false;
+        }
+        let s = self.state();
+        matches!(
+            s.breaker.state(),
+            crate::admission::breaker::BreakerState::Closed
+        ) && !governor::is_paused(&s.governor, now)
+            && s.window.is_idle(now)
+            && s.breaker.is_idle(now)
     }
 
     /// Lock the mutable state (never held across an await).
@@ -135,6 +172,30 @@ impl Endpoints {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// Forget the endpoints there is nothing to remember about: none of their deliveries is
+    /// on its way or in flight (no one else holds the runtime), the breaker is closed, no
+    /// Retry-After pause is running, and nothing happened within the evidence window (5 min by
+    /// default). What is dropped is a governor limit that would start again from its initial
+    /// value and an empty window; the next claim for the endpoint builds a fresh runtime. So a
+    /// dispatcher's memory follows its active endpoints, not every endpoint it ever served.
+    /// Returns how many were forgotten.
+    pub fn evict_idle(&self, now: Instant) -> usize {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let before = map.len();
+        map.retain(|_, rt| Arc::strong_count(rt) > 1 || !rt.is_idle(now));
+        before - map.len()
+    }
+
+    /// Endpoints held in memory now.
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Is no endpoint held in memory?
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// A known endpoint, without touching the store.
@@ -222,6 +283,8 @@ impl Endpoints {
                 failing_since_ms: endpoint.failing_since_ms,
                 host,
                 service_ewma: None,
+                measured_lane: None,
+                lane_sized_at: None,
             }),
         });
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -230,13 +293,43 @@ impl Endpoints {
 }
 
 impl EndpointState {
-    /// The configured lane: the operator override or the default, clamped by the fairness
-    /// ceiling for this concurrency.
+    /// The lane: the operator's override, else the one measured by Little's Law, else the
+    /// configured default; clamped by the fairness ceiling for this concurrency.
     pub fn lane_size(&self, settings: &DispatchSettings, concurrency: u32) -> u32 {
         self.lane_override
+            .or(self.measured_lane)
             .unwrap_or(settings.lane_size)
             .min(settings.lane_ceiling(concurrency))
             .max(1)
+    }
+
+    /// Where [`lane_size`](Self::lane_size) comes from.
+    pub fn lane_basis(&self) -> LaneBasis {
+        match (self.lane_override, self.measured_lane) {
+            (Some(_), _) => LaneBasis::Override,
+            (None, Some(_)) => LaneBasis::Measured,
+            (None, None) => LaneBasis::Default,
+        }
+    }
+
+    /// Size the lane again from the window when the last sizing is `every` old (Little's Law:
+    /// offered rate × mean service time × headroom), or forget the measurement when the window
+    /// holds too few attempts to say anything.
+    pub fn resize_lane(&mut self, headroom: f64, every: Duration, now: Instant) {
+        if self
+            .lane_sized_at
+            .is_some_and(|at| now.saturating_duration_since(at) < every)
+        {
+            return;
+        }
+        self.lane_sized_at = Some(now);
+        let w = self.window.snapshot(now);
+        self.measured_lane = match w.mean {
+            Some(mean) if w.samples >= crate::admission::lane::SIZING_MIN_SAMPLES => Some(
+                crate::admission::lane::sized_by_load(w.offered_per_s, mean, headroom),
+            ),
+            _ => None,
+        };
     }
 
     /// The lane in force now: min(lane size, governor limit).
@@ -248,12 +341,20 @@ impl EndpointState {
 fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>, String> {
     let url = reqwest::Url::parse(&e.url).map_err(|err| format!("bad url: {err}"))?;
     let mut secrets =
-        vec![Secret::parse(&e.secret).map_err(|err| format!("bad signing secret: {err}"))?];
+        vec![SigningKey::parse(&e.secret).map_err(|err| format!("bad signing secret: {err}"))?];
     if let (Some(previous), Some(until)) = (&e.previous_secret, e.previous_secret_until_ms)
         && until > crate::clock::now_ms()
-        && let Ok(secret) = Secret::parse(previous)
+        && let Ok(secret) = SigningKey::parse(previous)
     {
         secrets.push(secret);
+    }
+    let mut headers = Vec::with_capacity(e.headers.len());
+    for (name, value) in &e.headers {
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|err| format!("bad header name {name:?}: {err}"))?;
+        let value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|err| format!("bad value of header {name}: {err}"))?;
+        headers.push((name, value));
     }
     let pick = |ms: Option<u32>, default: Duration, cap: Duration| {
         ms.map_or(default, |ms| Duration::from_millis(u64::from(ms)))
@@ -274,6 +375,7 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         tenant_id: e.tenant_id.clone(),
         url,
         secrets,
+        headers,
         timeouts,
     }))
 }
@@ -297,5 +399,68 @@ impl Drop for Pending {
         if let Some(rt) = &self.0 {
             rt.pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::{SqliteOptions, SqliteStore};
+    use crate::store::{Endpoint, Tenant};
+
+    async fn registry() -> (Endpoints, String, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions {
+            synchronous_full: false,
+            readers: 1,
+        };
+        let store: SharedStore =
+            Arc::new(SqliteStore::open(&dir.path().join("t.db"), options).unwrap());
+        let now = crate::clock::now_ms();
+        let tenant = Tenant {
+            id: "ten_1".into(),
+            name: "t".into(),
+            token_hash: "h".into(),
+            created_at_ms: now,
+        };
+        store.create_tenant(&tenant).await.unwrap();
+        let endpoint = Endpoint::new(
+            "ep_1".into(),
+            "ten_1".into(),
+            "https://example.com/hook".into(),
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            now,
+        );
+        store.create_endpoint(&endpoint).await.unwrap();
+        let registry = Endpoints::new(store, Arc::new(DispatchSettings::default()));
+        (registry, endpoint.id, dir)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_endpoint_is_forgotten_only_when_there_is_nothing_to_remember() {
+        let (registry, id, _dir) = registry().await;
+        let rt = registry.get(&id).await.unwrap();
+        let start = Instant::now();
+        rt.state()
+            .window
+            .record_attempt(start, Duration::from_millis(40), true);
+        // Held by a delivery on its way: kept, whatever the window says.
+        assert_eq!(registry.evict_idle(start + Duration::from_secs(3_600)), 0);
+        drop(rt);
+        // Activity inside the evidence window: kept.
+        assert_eq!(registry.evict_idle(start + Duration::from_secs(60)), 0);
+        // A Retry-After pause running: kept.
+        let rt = registry.cached(&id).unwrap();
+        let later = start + Duration::from_secs(400);
+        rt.state().governor.paused_until = Some(later + Duration::from_secs(30));
+        drop(rt);
+        assert_eq!(registry.evict_idle(later), 0);
+        registry.cached(&id).unwrap().state().governor.paused_until = None;
+        // Nothing in the window, breaker closed, no pause, no other holder: forgotten.
+        assert_eq!(registry.evict_idle(later), 1);
+        assert!(registry.is_empty());
+        // The next delivery builds a fresh runtime.
+        assert!(registry.get(&id).await.is_ok());
+        assert_eq!(registry.len(), 1);
     }
 }

@@ -1,13 +1,21 @@
 //! The dispatcher: claim → admit → deliver → settle, with a reaper and a drain.
 //!
-//! The leaser ([`crate::lease`]) claims batches only as far as free capacity allows and spawns
+//! The [`leaser`] claims batches only as far as free capacity allows and spawns
 //! one task per delivery; each task runs [`pipeline::run`] and hands its settlement to the
 //! settler, which writes them in batches. On shutdown the leaser stops, in-flight attempts get a
 //! grace period, and whatever has not finished is released (ready again, attempts unchanged).
 
+pub mod autosize;
+pub mod claim;
+pub mod conclude;
 pub mod endpoints;
+pub mod heartbeat;
+mod leaser;
 pub mod pipeline;
+mod reaper;
 mod settler;
+mod throttle_watch;
+pub mod view;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -18,6 +26,7 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::admission::fleet::mode::{FleetMode, FleetTransitions};
 use crate::admission::fleet::{FleetAcquire, FleetLanes, FleetSlot};
 use crate::config::DispatchSettings;
 use crate::delivery::Clients;
@@ -26,24 +35,25 @@ use crate::metrics::Metrics;
 use crate::store::{Claimed, SettleOutcome, Settlement, SharedStore};
 
 use endpoints::{EndpointRuntime, Endpoints};
-pub use settler::SettleItem;
+pub use settler::{SettleItem, Written, settle_batch};
+pub use view::{DispatcherView, EndpointView, Load, Look, PoolView};
 
 /// Shared state of one dispatcher process.
 pub struct Ctx {
     /// The durable queue.
-    pub store: SharedStore,
+    store: SharedStore,
     /// Validated settings.
-    pub settings: Arc<DispatchSettings>,
+    settings: Arc<DispatchSettings>,
     /// Metrics registry.
-    pub metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
     /// HTTP clients behind the egress guard.
-    pub clients: Clients,
+    clients: Clients,
     /// Live endpoint state.
-    pub endpoints: Endpoints,
+    endpoints: Endpoints,
     /// Fleet-wide lanes, when Redis is configured, and this process's view of its outages.
-    pub fleet: (Option<Arc<FleetLanes>>, Mutex<FleetTransitions>),
+    fleet: FleetAdmission,
     /// Global bound on attempts in flight.
-    pub attempts: Semaphore,
+    attempts: Semaphore,
     /// The current global concurrency bound.
     concurrency: AtomicU32,
     /// Claimed deliveries not yet settled.
@@ -51,8 +61,16 @@ pub struct Ctx {
     /// Signalled when outstanding work settles (capacity freed).
     capacity: Notify,
     draining: AtomicBool,
+    /// Told when drain begins, so the leaser stops after the claim it is making.
+    stop_claiming: Notify,
     inflight: Mutex<HashMap<i64, (i64, AbortHandle)>>,
     settle_tx: mpsc::Sender<SettleItem>,
+    /// This dispatcher's id in the heartbeat table (new at every start).
+    id: String,
+    /// When it started, ms epoch.
+    started_at_ms: i64,
+    /// When its heartbeat was last written, ms epoch.
+    last_beat_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Ctx {
@@ -62,7 +80,7 @@ impl Ctx {
     }
 
     /// Change the global concurrency bound (auto-sizing).
-    pub fn set_concurrency(&self, n: u32) {
+    fn set_concurrency(&self, n: u32) {
         let old = self.concurrency.swap(n, Ordering::AcqRel);
         if n > old {
             self.attempts.add_permits((n - old) as usize);
@@ -87,7 +105,7 @@ impl Ctx {
     /// (paused, breaker open, or no free lane slot) and those with fewer free slots than
     /// `per_endpoint`, so a claim takes no more than their lanes can start (shedding stays the
     /// exception, not a churn of claim → shed → requeue).
-    pub fn claim_view(&self, per_endpoint: u32) -> (Vec<String>, Vec<(String, u32)>) {
+    fn claim_view(&self, per_endpoint: u32) -> (Vec<String>, Vec<(String, u32)>) {
         let now = Instant::now();
         let concurrency = self.concurrency();
         let (mut exclude, mut room) = (Vec::new(), Vec::new());
@@ -96,44 +114,44 @@ impl Ctx {
             let held = crate::admission::governor::is_paused(&s.governor, now)
                 || matches!(s.breaker.state(),
                     crate::admission::breaker::BreakerState::Open { until, .. } if until > now);
-            // What the lane can start within its acquisition deadline: its slots, plus a short
-            // queue when the endpoint answers fast enough for that queue to drain within half
-            // the deadline at its recent service time (q × t / lane ≤ deadline / 2). A fast
-            // endpoint takes a full share and waits briefly at the lane; an endpoint slower
-            // than the deadline gets only its free slots, so it is not claimed just to be shed.
-            let lane = s.effective_lane(&self.settings, concurrency);
-            let queue = s.service_ewma.map_or(per_endpoint, |t| {
-                let turns = self.settings.lane_deadline.as_secs_f64() / t.as_secs_f64().max(1e-4);
-                if turns >= 1.0 {
-                    (f64::from(lane) * turns / 2.0).min(1e6) as u32
-                } else {
-                    0
-                }
-            });
-            let startable = lane.saturating_add(queue);
-            let taken = rt.lane.in_use() + rt.pending();
-            let free = startable.saturating_sub(taken);
-            if held || free == 0 {
-                exclude.push(rt.id.clone());
-            } else if free < per_endpoint {
-                room.push((rt.id.clone(), free));
+            let load = claim::EndpointLoad {
+                held,
+                lane: s.effective_lane(&self.settings, concurrency),
+                service: s.service_ewma,
+                taken: rt.lane.in_use() + rt.pending(),
+            };
+            match claim::room(load, per_endpoint, self.settings.lane_deadline) {
+                claim::Room::Skip => exclude.push(rt.id.clone()),
+                claim::Room::Up(n) => room.push((rt.id.clone(), n)),
+                claim::Room::Full => {}
             }
         }
         (exclude, room)
     }
 
     /// Start one delivery's task.
-    pub fn spawn(self: &Arc<Self>, d: Claimed) {
+    fn spawn(self: &Arc<Self>, d: Claimed) {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         let ctx = self.clone();
         let id = d.delivery_id;
         let token = d.lease_token;
         let leased_at = Instant::now();
         let pending = endpoints::Pending::new(self.endpoints.cached(&d.endpoint_id));
+        // One span per delivery, claim to settle (`admit` and `attempt` inside it): debug level,
+        // so at the default level neither it nor its fields cost anything.
+        let span = tracing::debug_span!(
+            "delivery",
+            delivery_id = d.delivery_id,
+            message_id = %d.message_id,
+            endpoint_id = %d.endpoint_id,
+            attempt = d.attempts + 1,
+        );
         // Hold the map lock across the spawn so the task cannot remove its entry first.
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        let handle = tokio::spawn(async move {
+        let task = async move {
+            tracing::debug!("claimed");
             let settlement = pipeline::run(&ctx, &d, pending).await;
+            tracing::debug!(outcome = ?settlement.outcome, "settle");
             ctx.inflight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -146,7 +164,8 @@ impl Ctx {
                 message_id: d.message_id,
             })
             .await;
-        });
+        };
+        let handle = tokio::spawn(tracing::Instrument::instrument(task, span));
         inflight.insert(id, (token, handle.abort_handle()));
     }
 
@@ -163,7 +182,7 @@ impl Ctx {
     }
 
     /// Wait until some capacity frees or `timeout` passes.
-    pub async fn capacity_freed(&self, timeout: Duration) {
+    async fn capacity_freed(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.capacity.notified()).await;
     }
 }
@@ -177,54 +196,33 @@ pub(crate) enum FleetAdmit {
     Local,
 }
 
-/// Which rule admits deliveries fleet-wide right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FleetMode {
-    /// Redis answers: a slot in Redis is the admission.
-    Redis,
-    /// Redis just returned: attempts admitted under local shares may still run, unknown to
-    /// Redis, so for one maximum attempt duration a Redis slot AND the local share are needed.
-    Recovering,
-    /// Redis unreachable since this instant, for less than one maximum attempt duration:
-    /// attempts admitted through Redis before the outage may still run, so each process keeps
-    /// at most what it held then (never more than its share).
-    OutageStart(Instant),
-    /// Redis unreachable for longer: each process admits up to its local share.
-    Local,
-}
-
-/// Transitions of the fleet mode, per process.
-#[derive(Debug, Default)]
-pub struct FleetTransitions {
-    degraded_since: Option<Instant>,
-    recovered_at: Option<Instant>,
+/// Fleet-wide admission: the lanes in Redis, when configured, and this process's view of
+/// Redis's outages.
+pub(crate) struct FleetAdmission {
+    /// Lane slots held in Redis; `None` without `--redis-url`.
+    lanes: Option<Arc<FleetLanes>>,
+    /// When Redis went away and came back, as this process saw it.
+    transitions: Mutex<FleetTransitions>,
 }
 
 impl Ctx {
     fn fleet_mode(&self, fleet: &FleetLanes) -> FleetMode {
         let hold = self.settings.timeout_caps.total;
-        let mut t = self.fleet.1.lock().unwrap_or_else(|p| p.into_inner());
-        if fleet.is_degraded() {
-            t.recovered_at = None;
-            let since = *t.degraded_since.get_or_insert_with(Instant::now);
-            return if since.elapsed() < hold {
-                FleetMode::OutageStart(since)
-            } else {
-                FleetMode::Local
-            };
-        }
-        if t.degraded_since.take().is_some() {
-            t.recovered_at = Some(Instant::now());
-        }
-        if t.recovered_at.is_some_and(|at| at.elapsed() < hold) {
-            FleetMode::Recovering
-        } else {
-            FleetMode::Redis
-        }
+        let mut t = self
+            .fleet
+            .transitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        t.mode(fleet.is_degraded(), Instant::now(), hold)
     }
 }
 
-/// Take a fleet-wide slot for the endpoint within the lane deadline, or `Err(())` to shed.
+/// The lane deadline passed without a fleet-wide slot: the delivery is shed (requeued, not an
+/// attempt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shed;
+
+/// Take a fleet-wide slot for the endpoint within the lane deadline, or [`Shed`].
 ///
 /// The allowance holds across the fleet through Redis outages and recoveries: see
 /// [`FleetMode`] for the rule in force at each stage. The endpoint's own lane slot is already
@@ -234,23 +232,18 @@ pub(crate) async fn fleet_slot(
     fleet: &FleetLanes,
     endpoint: &EndpointRuntime,
     concurrency: u32,
-) -> Result<FleetAdmit, ()> {
+) -> Result<FleetAdmit, Shed> {
     let until = Instant::now() + ctx.settings.lane_deadline;
     loop {
         let allowance = endpoint.state().effective_lane(&ctx.settings, concurrency);
         let share = fleet.local_share(allowance);
         let admitted = match ctx.fleet_mode(fleet) {
-            FleetMode::Redis => {
-                if endpoint.try_reserve(u32::MAX) {
-                    let admit = try_redis(fleet, endpoint, allowance).await;
-                    if admit.is_none() {
-                        endpoint.unreserve();
-                    }
-                    admit
-                } else {
-                    None
-                }
-            }
+            // Counted in flight only once Redis granted the slot: a reservation taken before the
+            // call would be read as "held at the outage" by a sibling task that sees the outage
+            // first, and this process would then admit one more than it really held.
+            FleetMode::Redis => try_redis(fleet, endpoint, allowance)
+                .await
+                .inspect(|_| endpoint.reserve()),
             FleetMode::Recovering => {
                 if endpoint.try_reserve(share) {
                     let admit = try_redis(fleet, endpoint, allowance).await;
@@ -274,7 +267,7 @@ pub(crate) async fn fleet_slot(
             return Ok(admit);
         }
         if Instant::now() + Duration::from_millis(20) >= until {
-            return Err(());
+            return Err(Shed);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -341,20 +334,27 @@ impl Dispatcher {
             endpoints: Endpoints::new(store.clone(), settings.clone()),
             store,
             metrics,
-            fleet: (fleet, Mutex::new(FleetTransitions::default())),
+            fleet: FleetAdmission {
+                lanes: fleet,
+                transitions: Mutex::new(FleetTransitions::default()),
+            },
             attempts: Semaphore::new(concurrency as usize),
             concurrency: AtomicU32::new(concurrency),
             outstanding: AtomicUsize::new(0),
             capacity: Notify::new(),
             draining: AtomicBool::new(false),
+            stop_claiming: Notify::new(),
             inflight: Mutex::new(HashMap::new()),
             settle_tx,
             settings,
+            id: crate::ids::new_id("dsp"),
+            started_at_ms: crate::clock::now_ms(),
+            last_beat_ms: std::sync::atomic::AtomicI64::new(crate::clock::now_ms()),
         });
         Self { ctx, settle_rx }
     }
 
-    /// The shared state (for the API's status and metrics views).
+    /// The shared state: the API and the console read it through [`Ctx::view`].
     pub fn ctx(&self) -> Arc<Ctx> {
         self.ctx.clone()
     }
@@ -363,18 +363,30 @@ impl Dispatcher {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> DrainReport {
         let ctx = self.ctx;
         let settler = tokio::spawn(settler::run(ctx.clone(), self.settle_rx));
-        let leaser = tokio::spawn(crate::lease::leaser(ctx.clone()));
-        let reaper = tokio::spawn(crate::lease::reaper(ctx.clone()));
-        let autosize = tokio::spawn(crate::lease::autosize(ctx.clone()));
+        let leaser = tokio::spawn(leaser::leaser(ctx.clone()));
+        let reaper = tokio::spawn(reaper::reaper(ctx.clone()));
+        let autosize = tokio::spawn(autosize::autosize(ctx.clone()));
+        let throttle_watch = tokio::spawn(throttle_watch::watch(ctx.clone()));
+        let heartbeat = tokio::spawn(heartbeat::heartbeat(ctx.clone()));
         shutdown.await;
         tracing::info!(
             "draining: no new claims; in-flight attempts get {:?}",
             ctx.settings.drain_grace
         );
         ctx.draining.store(true, Ordering::Release);
-        leaser.abort();
+        heartbeat.abort();
+        // No longer a replica from this moment: the scale signal stops counting it.
+        ctx.beat(true).await;
+        // The leaser is asked to stop, never aborted: aborting it during a claim would drop
+        // the claim's answer after the database had committed its leases, and those deliveries
+        // would stay leased, seen by no one, until their leases expired. It finishes the claim
+        // it is making (bounded by the store deadline) and hands every delivery it got to a
+        // task, which releases it at once (drain has begun) or counts as in flight below.
+        ctx.stop_claiming.notify_one();
+        let _ = leaser.await;
         reaper.abort();
         autosize.abort();
+        throttle_watch.abort();
         let started = ctx.outstanding();
         let deadline = Instant::now() + ctx.settings.drain_grace;
         while ctx.outstanding() > 0 && Instant::now() < deadline {
@@ -413,9 +425,10 @@ impl Dispatcher {
             ctx.capacity_freed(Duration::from_millis(50)).await;
         }
         settler.abort();
-        if let Some(fleet) = &ctx.fleet.0 {
+        if let Some(fleet) = &ctx.fleet.lanes {
             fleet.leave().await;
         }
+        ctx.leave_heartbeats().await;
         DrainReport {
             finished: started.saturating_sub(released),
             released,

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::Ctx;
+use super::conclude::{FailingChange, conclude};
 use super::endpoints::{EndpointRuntime, Pending};
 use crate::admission::breaker::Admission;
 use crate::admission::governor::{self, Observation};
 use crate::delivery::{self, Report};
-use crate::metrics::{HeldLabel, HostLabel, Metrics, PhaseLabel};
+use crate::metrics::{Count, HostLabel, Metrics, PhaseLabel};
 use crate::notify;
 use crate::store::{AttemptRecord, Claimed, EndpointEvent, SettleOutcome, Settlement, StoreError};
 
@@ -29,6 +31,8 @@ pub enum Held {
     BreakerOpen,
     /// Endpoint disabled.
     Disabled,
+    /// The endpoint's configuration could not be read (the store did not answer in time).
+    StoreUnavailable,
     /// Drain started before the attempt.
     Draining,
 }
@@ -48,7 +52,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
         }
         Err(e) => {
             tracing::warn!(error = %e, endpoint = %d.endpoint_id, "cannot load endpoint");
-            return requeue(ctx, d, None, Held::Shed);
+            return requeue(ctx, d, None, Held::StoreUnavailable);
         }
     };
     let now = Instant::now();
@@ -93,6 +97,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     let acquired = endpoint
         .lane
         .acquire(limit, ctx.settings.lane_deadline)
+        .instrument(tracing::debug_span!("admit"))
         .await;
     // Past the lane (admitted or about to be shed): no longer counted against its room.
     drop(pending);
@@ -108,10 +113,10 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
             return requeue(ctx, d, Some(&endpoint), Held::Shed);
         }
     };
-    let fleet_slot = match &ctx.fleet.0 {
+    let fleet_slot = match &ctx.fleet.lanes {
         Some(fleet) => match super::fleet_slot(ctx, fleet, &endpoint, concurrency).await {
             Ok(admit) => Some(admit),
-            Err(()) => {
+            Err(super::Shed) => {
                 let mut s = endpoint.state();
                 s.window.record_shed(Instant::now());
                 if probe {
@@ -126,7 +131,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     };
     if ctx.is_draining() {
         drop(slot);
-        if let (Some(fleet), Some(admit)) = (&ctx.fleet.0, fleet_slot) {
+        if let (Some(fleet), Some(admit)) = (&ctx.fleet.lanes, fleet_slot) {
             super::fleet_release(fleet, &endpoint, admit).await;
         }
         return settlement(d, SettleOutcome::Release, None);
@@ -136,11 +141,18 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     let report = ctx
         .clients
         .attempt(&target, &d.message_id, &d.payload)
+        .instrument(tracing::debug_span!("attempt"))
         .await;
+    tracing::debug!(
+        status = report.result.as_ref().ok().map(|r| r.status),
+        error = report.result.as_ref().err().map(|f| f.kind.as_str()),
+        duration_ms = report.duration.as_millis() as u64,
+        "attempted"
+    );
     ctx.metrics.in_flight.dec();
     drop(_permit);
     drop(slot);
-    if let (Some(fleet), Some(admit)) = (&ctx.fleet.0, fleet_slot) {
+    if let (Some(fleet), Some(admit)) = (&ctx.fleet.lanes, fleet_slot) {
         super::fleet_release(fleet, &endpoint, admit).await;
     }
     settle_attempt(ctx, d, &endpoint, report).await
@@ -164,52 +176,19 @@ async fn settle_attempt(
         rand::rng().random(),
     );
     let now = Instant::now();
-    let (transition, host, failing_change) = {
+    let (effects, host) = {
         let mut s = endpoint.state();
-        let sent_at = now.checked_sub(report.duration).unwrap_or(now);
-        s.governor = governor::step_sent(
-            &ctx.settings.governor,
-            s.governor,
-            &decision.observation,
-            sent_at,
+        let lane = s.lane_size(&ctx.settings, ctx.concurrency());
+        let effects = conclude(
+            &mut s,
+            &ctx.settings,
+            &decision,
+            report.duration,
+            lane,
             now,
+            now_ms,
         );
-        if let Some(pause) = decision.pause {
-            let until = now + pause;
-            if s.governor.paused_until.is_none_or(|p| p < until) {
-                s.governor.paused_until = Some(until);
-            }
-        }
-        s.window
-            .record_attempt(now, report.duration, !decision.failed);
-        s.service_ewma = Some(match s.service_ewma {
-            Some(avg) => avg.mul_f64(0.8) + report.duration.mul_f64(0.2),
-            None => report.duration,
-        });
-        let transition = s.breaker.record(now, report.duration, decision.failed);
-        let failing_change = match (decision.failed, s.failing_since_ms) {
-            (true, None) => {
-                s.failing_since_ms = Some(now_ms);
-                Some(Some(now_ms))
-            }
-            (false, Some(_)) => {
-                s.failing_since_ms = None;
-                Some(None)
-            }
-            _ => None,
-        };
-        let long_failing = s.failing_since_ms.is_some_and(|since| {
-            now_ms - since >= ctx.settings.auto_disable_after.as_millis() as i64
-        });
-        (
-            transition,
-            s.host.clone(),
-            if long_failing && decision.disable.is_none() {
-                Some(Err(s.failing_since_ms.unwrap_or(now_ms)))
-            } else {
-                failing_change.map(Ok)
-            },
-        )
+        (effects, s.host.clone())
     };
     observe(
         &ctx.metrics,
@@ -220,43 +199,34 @@ async fn settle_attempt(
         decision.failed,
     );
 
-    if let Some(t) = transition {
+    if let Some(t) = effects.transition {
         record_event(ctx, endpoint, &format!("breaker_{}", t.to), &t.reason).await;
     }
-    match failing_change {
-        Some(Ok(since)) => {
-            let _ = ctx.store.set_endpoint_failing(&endpoint.id, since).await;
+    match effects.failing {
+        FailingChange::Began(since) => {
+            let _ = ctx
+                .store
+                .set_endpoint_failing(&endpoint.id, Some(since))
+                .await;
         }
-        Some(Err(since)) => {
+        FailingChange::Ended => {
+            let _ = ctx.store.set_endpoint_failing(&endpoint.id, None).await;
+        }
+        FailingChange::Disable { since_ms } => {
             let reason = format!(
-                "auto-disabled: failing continuously since {} ms epoch ({} h)",
-                since,
-                (now_ms - since) / 3_600_000
+                "auto-disabled: failing continuously since {} ({} h)",
+                crate::clock::rfc3339(since_ms),
+                (now_ms - since_ms) / 3_600_000
             );
             disable(ctx, endpoint, &reason).await;
         }
-        None => {}
+        FailingChange::Unchanged => {}
     }
     if let Some(reason) = &decision.disable {
         disable(ctx, endpoint, reason).await;
     }
 
-    let (status, error_kind, response) = match report.result {
-        Ok(r) if (200..300).contains(&r.status) => (Some(r.status), None, nonempty(r.body)),
-        Ok(r) => (
-            Some(r.status),
-            Some(format!("http_{}", r.status)),
-            nonempty(r.body),
-        ),
-        Err(f) => (None, Some(f.kind.as_str().to_owned()), Some(f.message)),
-    };
-    let attempt = AttemptRecord {
-        started_at_ms: report.started_at_ms,
-        duration_ms: report.duration.as_millis().min(u128::from(u32::MAX)) as u32,
-        status,
-        error_kind,
-        response,
-    };
+    let attempt = delivery::attempt_record(&report, ctx.settings.max_response_bytes);
     if matches!(decision.outcome, SettleOutcome::Delivered) {
         let e2e = (now_ms - d.message_created_at_ms).max(0) as f64 / 1000.0;
         ctx.metrics.end_to_end_seconds.observe(e2e);
@@ -272,12 +242,12 @@ fn observe(
     observation: &Observation,
     failed: bool,
 ) {
-    let label = Metrics::endpoint(endpoint);
     if failed {
-        m.deliveries_failed.get_or_create(&label).inc();
+        m.count(endpoint, Count::AttemptFailed);
     } else if matches!(observation, Observation::Success) {
-        m.deliveries_ok.get_or_create(&label).inc();
+        m.count(endpoint, Count::Delivered);
     }
+    m.endpoints.occupied(endpoint, report.duration);
     m.delivery_duration
         .get_or_create(&HostLabel {
             host: host.to_owned(),
@@ -329,10 +299,6 @@ async fn record_event(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, kind: &st
     }
 }
 
-fn nonempty(body: String) -> Option<String> {
-    (!body.is_empty()).then_some(body)
-}
-
 fn settlement(d: &Claimed, outcome: SettleOutcome, attempt: Option<AttemptRecord>) -> Settlement {
     Settlement {
         delivery_id: d.delivery_id,
@@ -379,24 +345,16 @@ fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, why: Held)
 fn count_held(ctx: &Arc<Ctx>, endpoint: &str, known: bool, why: Held) {
     let m = &ctx.metrics;
     match why {
-        Held::Shed if known => {
-            m.deliveries_shed
-                .get_or_create(&Metrics::endpoint(endpoint))
-                .inc();
-        }
+        Held::Shed if known => m.count(endpoint, Count::Shed),
         Held::Shed | Held::Draining => {}
-        Held::Paused | Held::BreakerOpen | Held::Disabled => {
+        Held::Paused | Held::BreakerOpen | Held::Disabled | Held::StoreUnavailable => {
             let reason = match why {
                 Held::Paused => "paused",
                 Held::BreakerOpen => "breaker_open",
+                Held::StoreUnavailable => "store_unavailable",
                 _ => "disabled",
             };
-            m.deliveries_held
-                .get_or_create(&HeldLabel {
-                    endpoint: endpoint.to_owned(),
-                    reason,
-                })
-                .inc();
+            m.held(reason);
         }
     }
 }

@@ -71,6 +71,10 @@ pub struct Measurements {
     pub endpoints: Vec<EndpointLoad>,
     /// Per destination host, busiest first.
     pub hosts: Vec<HostLoad>,
+    /// The live fleet (dispatchers with a fresh heartbeat) when it was readable: then the
+    /// arrival rate, mean service time and current concurrency are the whole fleet's, not one
+    /// process's.
+    pub fleet: Option<crate::sizing::fleet::FleetLoad>,
 }
 
 /// Knobs for turning measurements into a plan.
@@ -194,10 +198,11 @@ pub fn from_scrapes(before: &Scrape, after: &Scrape, elapsed_s: f64) -> Measurem
     let mut offered: BTreeMap<String, f64> = BTreeMap::new();
     for name in [
         "webhook_deliveries_ok_total",
-        "sluice_deliveries_failed_total",
+        "sluice_attempts_failed_total",
         "webhook_deliveries_shed_total",
     ] {
-        for (endpoint, d) in delta(name) {
+        // `other` gathers the endpoints outside the metrics' top-N: not one endpoint to size.
+        for (endpoint, d) in delta(name).filter(|(e, _)| e != crate::metrics::endpoints::OTHER) {
             *offered.entry(endpoint).or_insert(0.0) += d;
         }
     }
@@ -243,12 +248,44 @@ pub fn from_scrapes(before: &Scrape, after: &Scrape, elapsed_s: f64) -> Measurem
             .reduce(f64::max),
         endpoints,
         hosts,
+        fleet: None,
     };
     m.sort_endpoints();
+    // Any process exports the fleet's figures from the heartbeats: an API-only process, or one
+    // dispatcher of many, measures only itself, the fleet gauges measure all of them.
+    let fleet_gauge = |name: &str| after.sum(name).filter(|v| v.is_finite() && *v >= 0.0);
+    if let Some(n) = fleet_gauge("sluice_fleet_dispatchers").filter(|n| *n >= 1.0) {
+        m.use_fleet(crate::sizing::fleet::FleetLoad {
+            dispatchers: n as u32,
+            draining: 0,
+            in_flight: fleet_gauge("sluice_fleet_in_flight").unwrap_or(0.0) as u32,
+            concurrency: fleet_gauge("sluice_fleet_concurrency_limit").unwrap_or(0.0) as u32,
+            capacity: 0,
+            arrivals_per_s: fleet_gauge("sluice_fleet_arrivals_per_second").unwrap_or(0.0),
+            mean_service_s: fleet_gauge("sluice_fleet_mean_service_seconds").unwrap_or(0.0),
+        });
+    }
     m
 }
 
 impl Measurements {
+    /// Take the fleet's load and concurrency in place of one process's.
+    pub fn use_fleet(&mut self, fleet: crate::sizing::fleet::FleetLoad) {
+        if fleet.dispatchers == 0 {
+            return;
+        }
+        if fleet.arrivals_per_s > 0.0 {
+            self.arrival_rate_per_s = fleet.arrivals_per_s;
+        }
+        if fleet.mean_service_s > 0.0 {
+            self.mean_service_s = Some(fleet.mean_service_s);
+        }
+        if fleet.concurrency > 0 {
+            self.current_concurrency = Some(fleet.concurrency);
+        }
+        self.fleet = Some(fleet);
+    }
+
     /// Orders endpoints busiest first (ties by id) so reports are stable.
     pub fn sort_endpoints(&mut self) {
         self.endpoints.sort_by(|a, b| {

@@ -29,9 +29,17 @@ use crate::sizing::WaitTarget;
 /// `sluice plan`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PlanArgs {
-    /// A running sluice's metrics, e.g. http://127.0.0.1:8080/metrics (scraped twice).
+    /// A running sluice's metrics, e.g. http://127.0.0.1:8080/metrics (scraped twice); on the
+    /// API listener they need --admin-token, on an --operator-listen address they do not.
     #[arg(long = "metrics-url")]
     pub metrics_url: Option<String>,
+    /// The admin token, sent as a Bearer token with each scrape.
+    #[arg(
+        long = "admin-token",
+        env = "SLUICE_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
     /// Seconds between the two scrapes.
     #[arg(long, default_value_t = 10.0)]
     pub interval: f64,
@@ -72,6 +80,7 @@ impl PlanArgs {
     pub fn for_metrics(metrics_url: impl Into<String>, interval_s: f64) -> Self {
         Self {
             metrics_url: Some(metrics_url.into()),
+            admin_token: None,
             interval: interval_s,
             database_url: None,
             data_dir: None,
@@ -110,10 +119,17 @@ impl PlanArgs {
     }
 }
 
-/// Fetches and parses one scrape of `url`.
-pub async fn scrape(client: &reqwest::Client, url: &str) -> anyhow::Result<Scrape> {
-    let text = client
-        .get(url)
+/// Fetches and parses one scrape of `url`, with `admin_token` as a Bearer token when given.
+pub async fn scrape(
+    client: &reqwest::Client,
+    url: &str,
+    admin_token: Option<&str>,
+) -> anyhow::Result<Scrape> {
+    let mut request = client.get(url);
+    if let Some(token) = admin_token {
+        request = request.bearer_auth(token);
+    }
+    let text = request
         .send()
         .await
         .with_context(|| format!("cannot reach {url}"))?
@@ -143,10 +159,11 @@ pub async fn measure(args: &PlanArgs) -> anyhow::Result<PlanReport> {
                 .timeout(Duration::from_secs(30))
                 .build()
                 .context("cannot build an HTTP client")?;
-            let before = scrape(&client, url).await?;
+            let token = args.admin_token.as_deref();
+            let before = scrape(&client, url, token).await?;
             let started = Instant::now();
             tokio::time::sleep(Duration::from_secs_f64(args.interval)).await;
-            let after = scrape(&client, url).await?;
+            let after = scrape(&client, url, token).await?;
             Some(from_scrapes(
                 &before,
                 &after,

@@ -102,6 +102,18 @@ pub async fn read_store(
         .map(|(_, ms)| (*ms).max(0) as f64 / 1000.0)
         .reduce(f64::max);
     reading.measurements = summarise(&durations, &reading.hosts, window.as_secs_f64(), oldest);
+    // The attempts in the store are already the whole fleet's; the heartbeats add how many
+    // dispatchers run now and their concurrency (fresh: the default three intervals).
+    let fresh_ms = crate::config::DispatchSettings::default()
+        .heartbeat_fresh()
+        .as_millis() as i64;
+    let since = now_ms - fresh_ms;
+    let fleet =
+        crate::sizing::fleet::FleetLoad::from_heartbeats(&store.heartbeats(since).await?, since);
+    if fleet.dispatchers > 0 {
+        reading.measurements.current_concurrency = Some(fleet.concurrency);
+        reading.measurements.fleet = Some(fleet);
+    }
     Ok(reading)
 }
 
@@ -164,6 +176,7 @@ pub fn summarise(
         oldest_ready_age_s,
         endpoints,
         hosts: host_loads,
+        fleet: None,
     };
     m.sort_endpoints();
     m
@@ -190,13 +203,18 @@ pub fn merge(metrics: &mut Measurements, store: &StoreReading) {
     if metrics.oldest_ready_age_s.is_none() {
         metrics.oldest_ready_age_s = store.measurements.oldest_ready_age_s;
     }
+    if metrics.fleet.is_none()
+        && let Some(fleet) = store.measurements.fleet
+    {
+        metrics.use_fleet(fleet);
+    }
 }
 
 fn mean(samples: &[f64]) -> Option<f64> {
     (!samples.is_empty()).then(|| samples.iter().sum::<f64>() / samples.len() as f64)
 }
 
-/// Nearest-rank quantile of sorted samples (as the seed's `summarise`).
+/// Nearest-rank quantile of sorted samples: the ⌈q·n⌉-th smallest.
 fn nearest_rank(sorted: &[f64], q: f64) -> Option<f64> {
     let n = sorted.len();
     (n > 0).then(|| sorted[((q * n as f64) as usize).min(n - 1)])

@@ -72,6 +72,15 @@ impl fmt::Display for PlanReport {
                 format!("{growth:+.1}/s"),
             ]);
         }
+        if let Some(fleet) = &m.fleet {
+            rows.push(vec![
+                "fleet (fresh heartbeats)".to_owned(),
+                format!(
+                    "{} dispatchers, {} in flight, {:.1} attempts/s",
+                    fleet.dispatchers, fleet.in_flight, fleet.arrivals_per_s
+                ),
+            ]);
+        }
         if let Some(current) = m.current_concurrency {
             let util = self
                 .current_utilisation

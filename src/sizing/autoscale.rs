@@ -44,7 +44,7 @@ impl Default for ScalingSettings {
 
 /// Validated controller settings: `min_replicas >= 1`, so the controller never returns zero.
 ///
-/// `Default` is the seed's policy (30 s target, 3..=60 replicas, +8 / -1 steps, scale in below 10 s).
+/// `Default`: a 30 s age target, 3..=60 replicas, +8 / -1 steps, scale in below 10 s.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct ScalingPolicy(ScalingSettings);
 

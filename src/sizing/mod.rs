@@ -5,6 +5,7 @@
 
 pub mod autoscale;
 pub mod erlang;
+pub mod fleet;
 pub mod layout;
 pub mod report;
 pub mod signal;

@@ -2,11 +2,12 @@
 //! it, for the `sluice_desired_replicas` gauge, `GET /v1/scale` and logs.
 
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::autoscale::{ScalingPolicy, desired_replicas};
 
 /// Which way the controller moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ScaleDirection {
     /// More replicas than now.
@@ -18,7 +19,7 @@ pub enum ScaleDirection {
 }
 
 /// What bounded the answer, if anything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ScaleLimit {
     /// The proportional (or one-step) proposal stood.
@@ -32,7 +33,7 @@ pub enum ScaleLimit {
 }
 
 /// The controller's answer and why; serialises as the body of `GET /v1/scale`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ScaleSignal {
     /// Replicas wanted for the next interval (never 0).
     pub desired_replicas: u32,

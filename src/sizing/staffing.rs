@@ -64,7 +64,7 @@ mod tests {
     #[test]
     fn seed_square_root_staffing_figures() {
         let beta = |b| StaffingBeta::new(b).expect("beta in range");
-        // The seed's prose figures are the staffing levels rounded to the nearest worker...
+        // Staffing figures quoted in prose are the levels rounded to the nearest worker...
         assert_eq!(sqrt_staffing_level(1_260.0, beta(1.0)).round(), 1_295.0);
         assert_eq!(sqrt_staffing_level(1_260.0, beta(2.0)).round(), 1_331.0);
         assert_eq!(sqrt_staffing_level(5.0, beta(1.0)).round(), 7.0);

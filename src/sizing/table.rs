@@ -6,15 +6,8 @@ use super::report::{SizeReport, SizeRow, WaitTarget};
 
 /// `1234567` → `"1,234,567"`.
 pub(crate) fn thousands(value: u64) -> String {
-    let digits = value.to_string();
-    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index).is_multiple_of(3) {
-            grouped.push(',');
-        }
-        grouped.push(digit);
-    }
-    grouped
+    use num_format::{Locale, ToFormattedString};
+    value.to_formatted_string(&Locale::en)
 }
 
 /// `1260.04` with 1 decimal → `"1,260.0"`; non-finite values print as Rust does.

@@ -8,9 +8,42 @@ use serde::Serialize;
 use super::WindowSnapshot;
 use super::snapshot::opt_secs;
 
-/// The figures behind a conversation with a slow consumer, and the sentence that states them.
+/// What the endpoint is doing, the most telling first: it leads the sentence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Condition {
+    /// Disabled (by its tenant, a 410, or after failing for days): nothing is delivered.
+    Disabled,
+    /// The breaker is open: deliveries are held, and only a probe goes after the cooldown.
+    BreakerOpen,
+    /// A `Retry-After` pause is running: nothing is attempted until it ends.
+    Paused,
+    /// More attempts failed than were delivered in the window.
+    Failing,
+    /// Deliveries succeed (some may fail).
+    Delivering,
+    /// No attempt in the window.
+    Idle,
+}
+
+/// Where an endpoint stands apart from its window's figures: what the store and the live
+/// admission say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Standing<'a> {
+    /// Disabled, with the reason given.
+    pub disabled: Option<&'a str>,
+    /// The breaker holds deliveries back now.
+    pub breaker_open: bool,
+    /// A `Retry-After` pause is running now.
+    pub paused: bool,
+}
+
+/// The figures behind a conversation with a customer about their endpoint, and the sentence
+/// that states them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Evidence {
+    /// What the endpoint is doing.
+    pub condition: Condition,
     /// Median response time measured by us.
     #[serde(rename = "p50_s", serialize_with = "opt_secs")]
     pub p50: Option<Duration>,
@@ -25,7 +58,8 @@ pub struct Evidence {
     pub mean: Option<Duration>,
     /// Concurrent deliveries allowed to this endpoint.
     pub lane: u32,
-    /// Deliveries per second the lane sustains at the p95 (lane ÷ p95); `None` without samples.
+    /// Deliveries per second the lane sustains: lane ÷ the p95 of delivered attempts only
+    /// (`None` without a delivery in the window: failures measure nothing about capacity).
     pub sustainable_per_s: Option<f64>,
     /// Deliveries per second reaching admission for this endpoint.
     pub offered_per_s: f64,
@@ -35,33 +69,45 @@ pub struct Evidence {
     pub sentence: String,
 }
 
-/// The evidence for an endpoint whose window reads `snapshot` and whose lane is `lane` slots.
-pub fn evidence(snapshot: &WindowSnapshot, lane: u32) -> Evidence {
+/// The evidence for an endpoint whose window reads `snapshot`, whose lane is `lane` slots and
+/// which stands as `standing`.
+pub fn evidence(snapshot: &WindowSnapshot, lane: u32, standing: Standing<'_>) -> Evidence {
     // A p95 under the histogram's resolution is floored at 1 µs rather than divided by zero.
     let sustainable_per_s = snapshot
-        .p95
+        .delivered_p95
         .map(|p95| f64::from(lane) / p95.as_secs_f64().max(1e-6));
-    let offered = format_rate(snapshot.offered_per_s);
-    let sentence = match (snapshot.p95, sustainable_per_s) {
-        (Some(p95), Some(sustainable)) => {
-            let head = format!(
-                "at your current p95 of {} and a lane of {lane}, you can receive {} events per \
-                 second; you are generating {offered}",
-                format_duration(p95),
-                format_rate(sustainable),
-            );
-            if sustainable >= snapshot.offered_per_s {
-                format!("{head}, within that")
-            } else {
-                head
-            }
-        }
-        _ => format!(
-            "no response times measured yet; with a lane of {lane} you are generating {offered} \
-             events per second"
+    let failed = snapshot.samples.saturating_sub(snapshot.delivered);
+    let condition = if standing.disabled.is_some() {
+        Condition::Disabled
+    } else if standing.breaker_open {
+        Condition::BreakerOpen
+    } else if standing.paused {
+        Condition::Paused
+    } else if snapshot.samples == 0 {
+        Condition::Idle
+    } else if failed > snapshot.delivered {
+        Condition::Failing
+    } else {
+        Condition::Delivering
+    };
+    let figures = figures(snapshot, lane, sustainable_per_s, failed);
+    let sentence = match condition {
+        Condition::Disabled => format!(
+            "disabled ({}): nothing is delivered until it is enabled again; {figures}",
+            standing.disabled.unwrap_or("no reason given")
         ),
+        Condition::BreakerOpen => format!(
+            "the breaker is open: deliveries are held, and one probe is tried once its \
+             cooldown ends; {figures}"
+        ),
+        Condition::Paused => format!(
+            "paused as the endpoint asked (Retry-After): nothing is attempted until the pause \
+             ends; {figures}"
+        ),
+        Condition::Failing | Condition::Delivering | Condition::Idle => figures,
     };
     Evidence {
+        condition,
         p50: snapshot.p50,
         p95: snapshot.p95,
         p99: snapshot.p99,
@@ -71,6 +117,52 @@ pub fn evidence(snapshot: &WindowSnapshot, lane: u32) -> Evidence {
         offered_per_s: snapshot.offered_per_s,
         shed_share: snapshot.shed_share,
         sentence,
+    }
+}
+
+/// What the window says, in words: the capacity sentence for an endpoint that delivers, what
+/// fails and how for one that fails more than it delivers, or that nothing was measured.
+fn figures(s: &WindowSnapshot, lane: u32, sustainable: Option<f64>, failed: u64) -> String {
+    let offered = format_rate(s.offered_per_s);
+    let failures = || {
+        let how = s.failures.describe();
+        let attempts = s.samples;
+        match how.is_empty() {
+            true => format!("{failed} of {attempts} attempts failed"),
+            false => format!("{failed} of {attempts} attempts failed: {how}"),
+        }
+    };
+    if s.samples == 0 {
+        return format!(
+            "no response times measured yet; with a lane of {lane} you are generating {offered} \
+             events per second"
+        );
+    }
+    match (s.delivered_p95, sustainable) {
+        (Some(p95), Some(sustainable)) if failed <= s.delivered => {
+            let head = format!(
+                "at your current p95 of {} and a lane of {lane}, you can receive {} events per \
+                 second; you are generating {offered}",
+                format_duration(p95),
+                format_rate(sustainable),
+            );
+            let head = if sustainable >= s.offered_per_s {
+                format!("{head}, within that")
+            } else {
+                head
+            };
+            match failed {
+                0 => head,
+                _ => format!("{head}; {}", failures()),
+            }
+        }
+        _ => format!(
+            "failing: in the last {}, {}; {} events per second delivered while you are \
+             generating {offered}",
+            format_duration(s.span),
+            failures(),
+            format_rate(s.delivered_per_s),
+        ),
     }
 }
 
@@ -115,7 +207,8 @@ pub fn format_rate(per_s: f64) -> String {
     if per_s.is_nan() || per_s <= 0.0 {
         "0".to_owned()
     } else if per_s >= 9.95 {
-        thousands(per_s.min(u64::MAX as f64).round() as u64)
+        use num_format::{Locale, ToFormattedString};
+        (per_s.min(u64::MAX as f64).round() as u64).to_formatted_string(&Locale::en)
     } else if per_s >= 0.995 {
         one_decimal(per_s)
     } else {
@@ -139,155 +232,5 @@ fn trim(text: String) -> String {
     }
 }
 
-/// An integer with a comma between each group of three digits.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stats::Window;
-    use tokio::time::Instant;
-
-    fn snapshot(p95: Option<Duration>, offered_per_s: f64) -> WindowSnapshot {
-        WindowSnapshot {
-            span: Duration::from_secs(300),
-            samples: if p95.is_some() { 100 } else { 0 },
-            mean: p95,
-            p50: p95,
-            p95,
-            p99: p95,
-            offered_per_s,
-            delivered_per_s: 0.0,
-            failed_per_s: 0.0,
-            shed_per_s: 0.0,
-            held_per_s: 0.0,
-            shed_share: 0.0,
-            failure_ratio: 0.0,
-        }
-    }
-
-    #[test]
-    fn the_seed_sentence_for_a_25_s_endpoint_with_a_lane_of_4() {
-        let e = evidence(&snapshot(Some(Duration::from_secs(25)), 40.0), 4);
-        assert_eq!(
-            e.sentence,
-            "at your current p95 of 25 s and a lane of 4, you can receive 0.16 events per second; \
-             you are generating 40"
-        );
-        assert!((e.sustainable_per_s.unwrap() - 0.16).abs() < 1e-12);
-    }
-
-    #[test]
-    fn the_seed_sentence_from_a_measured_window() {
-        let start = Instant::now();
-        let mut window = Window::new(start, Duration::from_secs(300), 10);
-        for i in 0..12_000u64 {
-            let now = start + Duration::from_millis(i * 25);
-            window.record_offered(now);
-            if i % 10 == 0 {
-                window.record_attempt(now, Duration::from_secs(25), true);
-            } else {
-                window.record_shed(now);
-            }
-        }
-        let e = evidence(&window.snapshot(start + Duration::from_secs(300)), 4);
-        assert!(
-            e.sentence
-                .ends_with("0.16 events per second; you are generating 40")
-        );
-        assert!((e.shed_share - 0.9).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_fast_endpoint_is_within_its_capacity() {
-        let e = evidence(&snapshot(Some(Duration::from_millis(180)), 3.0), 8);
-        assert_eq!(
-            e.sentence,
-            "at your current p95 of 180 ms and a lane of 8, you can receive 44 events per second; \
-             you are generating 3, within that"
-        );
-    }
-
-    #[test]
-    fn no_samples_says_so() {
-        let e = evidence(&snapshot(None, 1200.0), 4);
-        assert_eq!(e.sustainable_per_s, None);
-        assert_eq!(
-            e.sentence,
-            "no response times measured yet; with a lane of 4 you are generating 1,200 events per \
-             second"
-        );
-    }
-
-    #[test]
-    fn evidence_serialises_durations_as_seconds() {
-        let e = evidence(&snapshot(Some(Duration::from_millis(2500)), 1.0), 2);
-        let json = serde_json::to_value(&e).unwrap();
-        assert_eq!(json["p95_s"], 2.5);
-        assert_eq!(json["lane"], 2);
-        assert_eq!(json["sustainable_per_s"], 0.8);
-        let empty = serde_json::to_value(evidence(&snapshot(None, 0.0), 2)).unwrap();
-        assert!(empty["p95_s"].is_null() && empty["sustainable_per_s"].is_null());
-    }
-
-    #[test]
-    fn formats_rates_and_durations_sensibly() {
-        let rates = [
-            (0.16, "0.16"),
-            (0.0016, "0.0016"),
-            (0.1, "0.1"),
-            (2.5, "2.5"),
-        ];
-        let more = [
-            (3.0, "3"),
-            (40.0, "40"),
-            (44.44, "44"),
-            (1200.0, "1,200"),
-            (0.0, "0"),
-        ];
-        for (rate, text) in rates.into_iter().chain(more) {
-            assert_eq!(format_rate(rate), text, "{rate}");
-        }
-        assert_eq!(format_rate(1_234_567.0), "1,234,567");
-        let durations = [(450, "450 µs"), (2_500, "2.5 ms"), (180_000, "180 ms")];
-        let longer = [
-            (2_500_000, "2.5 s"),
-            (25_000_000, "25 s"),
-            (270_000_000, "4.5 min"),
-        ];
-        for (us, text) in durations.into_iter().chain(longer) {
-            assert_eq!(format_duration(Duration::from_micros(us)), text);
-        }
-        assert_eq!(format_duration(Duration::from_secs(5400 * 2)), "3 h");
-    }
-
-    #[test]
-    fn littles_law_lane_clamps() {
-        let ms = Duration::from_millis;
-        assert_eq!(littles_law_lane(100.0, ms(80), 32), 8);
-        assert_eq!(littles_law_lane(100.0, ms(81), 32), 9);
-        assert_eq!(
-            littles_law_lane(40.0, ms(25_000), 4),
-            4,
-            "1,000 needed, capped"
-        );
-        assert_eq!(littles_law_lane(0.0, ms(25_000), 4), 1, "at least one slot");
-        assert_eq!(littles_law_lane(f64::NAN, ms(100), 4), 1);
-        assert_eq!(littles_law_lane(f64::INFINITY, ms(100), 4), 4);
-        assert_eq!(
-            littles_law_lane(10.0, ms(1000), 0),
-            1,
-            "a zero ceiling still leaves one"
-        );
-    }
-}
+mod tests;

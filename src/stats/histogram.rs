@@ -1,9 +1,12 @@
-//! Fixed-memory log-linear histogram of service times (about 1 ms to 1 hour, ≤ 4.2 % error).
+//! Log-linear histogram of service times (about 1 ms to 1 hour, ≤ 4.2 % error), sparse.
 //!
 //! Each power-of-two octave of microseconds from 2^10 µs (1.024 ms) to 2^32 µs (71.6 min) is split
-//! into 12 equal sub-buckets, plus one bucket for everything faster than 1.024 ms: 265 `u32` counts,
-//! about 1 KiB, whatever the traffic. A quantile is reported at its bucket's midpoint, so its
-//! relative error is at most half a bucket width over the bucket's lower edge, 1/24 ≈ 4.2 %.
+//! into 12 equal sub-buckets, plus one bucket for everything faster than 1.024 ms: 265 buckets.
+//! Only buckets that hold a count are stored, as sorted `(bucket, count)` pairs of 8 bytes: an
+//! empty histogram owns no heap memory, an endpoint whose latencies span one decade about 40
+//! pairs (320 bytes), and the worst case (every bucket) 2.1 KiB. A quantile is reported at its
+//! bucket's midpoint, so its relative error is at most half a bucket width over the bucket's
+//! lower edge, 1/24 ≈ 4.2 %.
 //! The exact minimum and maximum are kept as well and bound every answer, so a histogram of one
 //! repeated value reports it exactly. Values above 71.6 min land in the last bucket.
 
@@ -18,10 +21,11 @@ const SUB_BUCKETS: u32 = 12;
 /// Number of buckets: one underflow bucket plus 22 octaves of 12.
 pub const BUCKETS: usize = 1 + ((LAST_OCTAVE - FIRST_OCTAVE + 1) * SUB_BUCKETS) as usize;
 
-/// A compact histogram of durations; `Clone` is a 1 KiB copy, `merge` adds counts bucket by bucket.
+/// A compact histogram of durations; `merge` adds counts bucket by bucket.
 #[derive(Clone, PartialEq, Eq)]
 pub struct LatencyHistogram {
-    buckets: [u32; BUCKETS],
+    /// `(bucket, count)`, sorted by bucket, counts never zero.
+    buckets: Vec<(u16, u32)>,
     count: u64,
     sum_us: u64,
     min_us: u64,
@@ -49,7 +53,7 @@ impl LatencyHistogram {
     /// An empty histogram.
     pub const fn new() -> Self {
         Self {
-            buckets: [0; BUCKETS],
+            buckets: Vec::new(),
             count: 0,
             sum_us: 0,
             min_us: u64::MAX,
@@ -60,8 +64,11 @@ impl LatencyHistogram {
     /// Counts one duration.
     pub fn record(&mut self, duration: Duration) {
         let us = micros(duration);
-        let bucket = &mut self.buckets[bucket_of(us)];
-        *bucket = bucket.saturating_add(1);
+        let index = bucket_of(us) as u16;
+        match self.buckets.binary_search_by_key(&index, |&(b, _)| b) {
+            Ok(at) => self.buckets[at].1 = self.buckets[at].1.saturating_add(1),
+            Err(at) => self.buckets.insert(at, (index, 1)),
+        }
         self.count += 1;
         self.sum_us = self.sum_us.saturating_add(us);
         self.min_us = self.min_us.min(us);
@@ -73,9 +80,35 @@ impl LatencyHistogram {
         if other.count == 0 {
             return;
         }
-        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets.iter()) {
-            *mine = mine.saturating_add(*theirs);
+        let mut merged = Vec::with_capacity(self.buckets.len().max(other.buckets.len()));
+        let (mut a, mut b) = (
+            self.buckets.iter().peekable(),
+            other.buckets.iter().peekable(),
+        );
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(&&(i, x)), Some(&&(j, y))) if i == j => {
+                    a.next();
+                    b.next();
+                    (i, x.saturating_add(y))
+                }
+                (Some(&&(i, x)), Some(&&(j, _))) if i < j => {
+                    a.next();
+                    (i, x)
+                }
+                (_, Some(&&pair)) => {
+                    b.next();
+                    pair
+                }
+                (Some(&&pair), None) => {
+                    a.next();
+                    pair
+                }
+                (None, None) => break,
+            };
+            merged.push(next);
         }
+        self.buckets = merged;
         self.count += other.count;
         self.sum_us = self.sum_us.saturating_add(other.sum_us);
         self.min_us = self.min_us.min(other.min_us);
@@ -101,10 +134,10 @@ impl LatencyHistogram {
             return Some(Duration::from_micros(self.max_us));
         }
         let mut seen = 0u64;
-        for (index, &n) in self.buckets.iter().enumerate() {
+        for &(index, n) in &self.buckets {
             seen += u64::from(n);
             if seen >= rank {
-                let mid = bucket_midpoint_us(index).round() as u64;
+                let mid = bucket_midpoint_us(usize::from(index)).round() as u64;
                 return Some(Duration::from_micros(mid.clamp(self.min_us, self.max_us)));
             }
         }
@@ -122,9 +155,14 @@ impl LatencyHistogram {
         self.count
     }
 
-    /// Forgets everything, keeping the memory.
+    /// Forgets everything and gives its heap memory back.
     pub fn clear(&mut self) {
         *self = Self::new();
+    }
+
+    /// Bytes it occupies, its heap included.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.buckets.capacity() * std::mem::size_of::<(u16, u32)>()
     }
 }
 
@@ -169,9 +207,25 @@ mod tests {
     }
 
     #[test]
-    fn stays_about_one_kibibyte() {
+    fn memory_follows_the_buckets_in_use() {
         assert_eq!(BUCKETS, 265);
-        assert!(std::mem::size_of::<LatencyHistogram>() <= 1100);
+        let mut h = LatencyHistogram::new();
+        assert_eq!(h.memory_bytes(), std::mem::size_of::<LatencyHistogram>());
+        assert!(h.memory_bytes() <= 64);
+        // One decade of latencies (20–200 ms) fills about 40 buckets.
+        for n in 20..=200 {
+            h.record(ms(n));
+        }
+        assert!(h.memory_bytes() <= 64 + 64 * 8, "{}", h.memory_bytes());
+        // Every bucket: the worst case stays near 2 KiB.
+        let mut us = 1u64;
+        while us < 1 << 33 {
+            h.record(Duration::from_micros(us));
+            us = us * 21 / 20 + 1;
+        }
+        assert!(h.memory_bytes() <= 64 + 512 * 8, "{}", h.memory_bytes());
+        h.clear();
+        assert_eq!(h.memory_bytes(), std::mem::size_of::<LatencyHistogram>());
     }
 
     #[test]

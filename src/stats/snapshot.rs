@@ -4,8 +4,10 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+use super::failures::FailureCounts;
+
 /// The figures of one window at one instant; serialised with durations as seconds (`p95_s`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct WindowSnapshot {
     /// The time the figures cover: the window length, or less while the window is young.
     #[serde(rename = "span_s", serialize_with = "secs")]
@@ -38,6 +40,14 @@ pub struct WindowSnapshot {
     pub shed_share: f64,
     /// Failed ÷ attempts, 0 to 1 (0 without attempts).
     pub failure_ratio: f64,
+    /// 95th-percentile response time of the delivered attempts only: what capacity is judged
+    /// by (a refused connection is fast and delivers nothing).
+    #[serde(rename = "delivered_p95_s", serialize_with = "opt_secs")]
+    pub delivered_p95: Option<Duration>,
+    /// Attempts delivered in the window.
+    pub delivered: u64,
+    /// Failed attempts in the window, by how they failed.
+    pub failures: FailureCounts,
 }
 
 /// Serialises a duration as fractional seconds.

@@ -1,4 +1,6 @@
-//! Rolling per-endpoint window: a ring of sub-windows, each a latency histogram plus outcome counters.
+//! Rolling per-endpoint window: a ring of sub-windows, each with latency histograms (delivered and
+//! failed attempts apart, so capacity is judged from deliveries only) and outcome counters
+//! (failures by how they failed).
 //!
 //! Time is cut into periods of one slot length counted from the window's origin; period `p` lives
 //! in slot `p % slots`. A slot still holding an older period is reset when that period is first
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::failures::{AttemptKind, FailureCounts};
 use super::{LatencyHistogram, WindowSnapshot};
 
 /// Window length unless configured: five minutes, as in the latency breaker's window.
@@ -29,6 +32,7 @@ struct Counters {
     failed: u64,
     shed: u64,
     held: u64,
+    failures: FailureCounts,
 }
 
 impl Counters {
@@ -38,7 +42,17 @@ impl Counters {
         self.failed += other.failed;
         self.shed += other.shed;
         self.held += other.held;
+        self.failures.add(&other.failures);
     }
+}
+
+/// One slot's response times: delivered attempts and failed ones apart. A healthy endpoint
+/// fills only the first and a dead one only the second, and an empty histogram owns no heap,
+/// so the split costs memory only where both happen.
+#[derive(Clone, Debug, Default)]
+struct Latencies {
+    delivered: LatencyHistogram,
+    failed: LatencyHistogram,
 }
 
 /// One sub-window: the period it currently holds and its counters.
@@ -57,8 +71,8 @@ pub struct Window {
     origin: Instant,
     slot_length: Duration,
     slots: Vec<Slot>,
-    /// One histogram per slot; empty for a counters-only window.
-    histograms: Vec<LatencyHistogram>,
+    /// Response times per slot; empty for a counters-only window.
+    histograms: Vec<Latencies>,
     /// The latest period written to, so a late `now` cannot resurrect an expired slot.
     head: u64,
 }
@@ -70,7 +84,7 @@ impl Window {
     /// length is `slots × slot length` (see [`Window::length`]).
     pub fn new(now: Instant, length: Duration, slots: u32) -> Self {
         let mut window = Self::counters_only(now, length, slots);
-        window.histograms = vec![LatencyHistogram::new(); window.slots.len()];
+        window.histograms = vec![Latencies::default(); window.slots.len()];
         window
     }
 
@@ -98,17 +112,33 @@ impl Window {
         self.slot_length
     }
 
-    /// Records one attempt that took `duration`: delivered (2xx) when `ok`, failed otherwise.
+    /// Records one attempt that took `duration`: delivered (2xx) when `ok`, failed otherwise
+    /// (counted as [`AttemptKind::Other`]; [`Window::record`] says how it failed).
     pub fn record_attempt(&mut self, now: Instant, duration: Duration, ok: bool) {
+        let kind = if ok {
+            AttemptKind::Delivered
+        } else {
+            AttemptKind::Other
+        };
+        self.record(now, duration, kind);
+    }
+
+    /// Records one attempt that took `duration` and ended as `kind`.
+    pub fn record(&mut self, now: Instant, duration: Duration, kind: AttemptKind) {
         if let Some(i) = self.slot_at(now) {
             let counters = &mut self.slots[i].counters;
-            if ok {
+            let delivered = kind == AttemptKind::Delivered;
+            if delivered {
                 counters.delivered += 1;
             } else {
                 counters.failed += 1;
+                counters.failures.record(kind);
             }
-            if let Some(histogram) = self.histograms.get_mut(i) {
-                histogram.record(duration);
+            if let Some(latencies) = self.histograms.get_mut(i) {
+                match delivered {
+                    true => latencies.delivered.record(duration),
+                    false => latencies.failed.record(duration),
+                }
             }
         }
     }
@@ -139,15 +169,27 @@ impl Window {
         self.origin = now;
         self.head = 0;
         self.slots.fill(Slot::default());
-        self.histograms.iter_mut().for_each(LatencyHistogram::clear);
+        self.histograms.iter_mut().for_each(Latencies::clear);
     }
 
     /// All response times still inside the window at `now`, merged.
     pub fn histogram(&self, now: Instant) -> LatencyHistogram {
+        self.merged(now, true)
+    }
+
+    /// The response times of delivered attempts still inside the window at `now`.
+    pub fn delivered_histogram(&self, now: Instant) -> LatencyHistogram {
+        self.merged(now, false)
+    }
+
+    fn merged(&self, now: Instant, with_failed: bool) -> LatencyHistogram {
         let mut merged = LatencyHistogram::new();
         for i in self.live(now) {
-            if let Some(histogram) = self.histograms.get(i) {
-                merged.merge(histogram);
+            if let Some(latencies) = self.histograms.get(i) {
+                merged.merge(&latencies.delivered);
+                if with_failed {
+                    merged.merge(&latencies.failed);
+                }
             }
         }
         merged
@@ -160,6 +202,7 @@ impl Window {
             counts.add(&self.slots[i].counters);
         }
         let latencies = self.histogram(now);
+        let delivered = self.delivered_histogram(now);
         let span = self.covered_span(now);
         let per_s = span.max(MIN_RATE_SPAN.min(self.slot_length)).as_secs_f64();
         let attempts = counts.delivered + counts.failed;
@@ -177,7 +220,17 @@ impl Window {
             held_per_s: counts.held as f64 / per_s,
             shed_share: ratio(counts.shed, counts.offered).min(1.0),
             failure_ratio: ratio(counts.failed, attempts),
+            delivered_p95: delivered.quantile(0.95),
+            delivered: counts.delivered,
+            failures: counts.failures,
         }
+    }
+
+    /// Did nothing happen within the window as it stands at `now` (no offer, attempt, shed or
+    /// hold in any live slot)?
+    pub fn is_idle(&self, now: Instant) -> bool {
+        self.live(now)
+            .all(|i| self.slots[i].counters == Counters::default())
     }
 
     /// The period `now` falls in, counted in slots from the origin.
@@ -202,8 +255,8 @@ impl Window {
                 period,
                 counters: Counters::default(),
             };
-            if let Some(histogram) = self.histograms.get_mut(i) {
-                histogram.clear();
+            if let Some(latencies) = self.histograms.get_mut(i) {
+                latencies.clear();
             }
         }
         // A slot already holding a newer period cannot happen once the head check passed.
@@ -229,6 +282,13 @@ impl Window {
         let before = self.slot_length.as_nanos() * u128::from(oldest);
         let covered = elapsed.as_nanos().saturating_sub(before);
         Duration::from_nanos(u64::try_from(covered).unwrap_or(u64::MAX))
+    }
+}
+
+impl Latencies {
+    fn clear(&mut self) {
+        self.delivered.clear();
+        self.failed.clear();
     }
 }
 

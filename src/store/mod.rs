@@ -4,18 +4,29 @@
 //! holds a transaction while the caller talks to the network. Times are wall-clock milliseconds
 //! since the Unix epoch (`*_ms`), passed in by the caller so tests can move time.
 
+pub mod deadline;
+pub mod message_log;
 mod model;
 pub mod postgres;
 pub mod sqlite;
+pub mod subscriptions;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
+pub use message_log::MessageFilter;
 pub use model::*;
 
-/// What a store operation can fail with; callers branch on `NotFound`, `Conflict` and `Unavailable`.
+/// What a store operation can fail with; callers branch on `NotFound`, `Conflict`,
+/// `Unavailable` and `Full`.
+///
+/// Every message keeps the database's own cause (the SQLSTATE and server message on PostgreSQL,
+/// the extended result code and message on SQLite, the address a pool could not reach), never
+/// a connection string or password, so it can go into logs and 5xx problem details as it is.
+/// The SQLSTATE stays inside the text rather than in a field of its own: callers branch on the
+/// variant, and the drivers choose the variant from the code.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The named row does not exist (or belongs to another tenant).
@@ -24,12 +35,32 @@ pub enum StoreError {
     /// The operation conflicts with existing data (e.g. a duplicate name).
     #[error("conflict: {0}")]
     Conflict(String),
-    /// The database could not be reached or the connection broke; the operation did not commit.
+    /// The database could not be reached, the connection broke, or it did not answer within
+    /// the store deadline. The operation did not commit, or (after a deadline) may still: a
+    /// retry must be idempotent (producers retry with their `Idempotency-Key`).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// No room to write: the disk or the database is full (SQLite `SQLITE_FULL`, PostgreSQL
+    /// 53100 `disk_full`). The operation did not commit; reads still work, and writes work
+    /// again once an operator makes room.
+    #[error("no room to write, the database is full: {0}")]
+    Full(String),
     /// The database refused the operation for another reason.
     #[error("store error: {0}")]
     Database(String),
+}
+
+impl StoreError {
+    /// The same error with `what` in front of its message (the variant is kept).
+    pub fn context(self, what: impl std::fmt::Display) -> Self {
+        match self {
+            StoreError::NotFound(n) => StoreError::NotFound(n),
+            StoreError::Conflict(m) => StoreError::Conflict(format!("{what}: {m}")),
+            StoreError::Unavailable(m) => StoreError::Unavailable(format!("{what}: {m}")),
+            StoreError::Full(m) => StoreError::Full(format!("{what}: {m}")),
+            StoreError::Database(m) => StoreError::Database(format!("{what}: {m}")),
+        }
+    }
 }
 
 /// Result alias for store operations.
@@ -37,7 +68,7 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The durable queue and the resources around it.
 ///
-/// Both drivers pass the same conformance suite (`tests/store_conformance.rs`).
+/// Both drivers pass the same conformance suite (`tests/store/`, one file per concern).
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Which driver this is ("sqlite" or "postgres"), for logs and reports.
@@ -50,12 +81,27 @@ pub trait Store: Send + Sync + 'static {
     /// Is the database reachable right now?
     async fn ping(&self) -> StoreResult<()>;
 
+    /// Can the database take a write right now? Commits a heartbeat setting through the same
+    /// path as producers' writes (SQLite's writer thread and group commit, a pooled
+    /// PostgreSQL connection), after checking there is room for [`PROBE_ROOM_BYTES`] more
+    /// (written and rolled back). `/readyz` fails when this fails.
+    async fn probe_write(&self) -> StoreResult<()>;
+
     // ---- settings -------------------------------------------------------------------------
 
     /// Read an operator setting (e.g. the admin token hash).
     async fn setting(&self, key: &str) -> StoreResult<Option<String>>;
     /// Write an operator setting.
     async fn set_setting(&self, key: &str, value: &str) -> StoreResult<()>;
+    /// Delete a setting; true when it existed. Of concurrent callers exactly one sees true, so
+    /// a value can be used once (the console's portal links and sessions).
+    async fn delete_setting(&self, key: &str) -> StoreResult<bool>;
+    /// Delete every setting whose key sorts (bytewise) in `[from, to)`; how many went. Keys that
+    /// embed a zero-padded expiry purge their expired entries in one range.
+    async fn delete_settings_between(&self, from: &str, to: &str) -> StoreResult<u64>;
+    /// Store `value` under `key` unless a value is there already, and return the stored value:
+    /// when several processes race to initialise a setting, all of them get the winner's.
+    async fn init_setting(&self, key: &str, value: &str) -> StoreResult<String>;
 
     // ---- tenants --------------------------------------------------------------------------
 
@@ -76,6 +122,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Create an endpoint.
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
+    /// Create many endpoints in one transaction: all or none (imports, tests, benchmarks).
+    async fn create_endpoints(&self, endpoints: &[Endpoint]) -> StoreResult<()>;
     /// An endpoint by id; `tenant` restricts it to one tenant (another tenant's id is NotFound).
     async fn endpoint(&self, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint>;
     /// A tenant's endpoints in id order after `after`.
@@ -101,24 +149,23 @@ pub trait Store: Send + Sync + 'static {
     // ---- messages -------------------------------------------------------------------------
 
     /// Store messages and fan each out to the tenant's enabled, matching endpoints, all in one
-    /// transaction. A message whose idempotency key was already used returns the original.
+    /// transaction. A message whose idempotency key was already used returns the original, and
+    /// says whether its event type and payload are the original's ([`Enqueued::mismatch`]).
     async fn enqueue(&self, messages: &[NewMessage], now_ms: i64) -> StoreResult<Vec<Enqueued>>;
     /// A message and its deliveries.
     async fn message(&self, tenant: &str, id: &str) -> StoreResult<MessageView>;
-    /// A tenant's messages, newest first, before `before` (an id cursor).
-    async fn list_messages(
-        &self,
-        tenant: &str,
-        before: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<Vec<MessageSummary>>;
+    /// A tenant's messages, newest first, filtered (see [`MessageFilter`]).
+    async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<MessageSummary>>;
 
     // ---- the queue ------------------------------------------------------------------------
 
     /// Lease up to `limit` ready, visible deliveries, fairly across endpoints, and commit.
     async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>>;
     /// Apply outcomes; each names its lease token and a stale token changes nothing.
-    /// Returns the ids whose outcome was applied.
+    /// Returns the ids whose outcome was applied. All or nothing: a batch the database refuses
+    /// changes nothing, so the caller may split it and write the parts again. Text fields must
+    /// already be storable (see [`crate::delivery::storable`]); a NUL is refused by PostgreSQL.
+    /// An applied settle resets the delivery's count of consecutive lease expiries.
     async fn settle(&self, settlements: &[Settlement], now_ms: i64) -> StoreResult<Vec<i64>>;
     /// Push a lease's expiry to `lease_until_ms` if the token still holds it.
     async fn extend_lease(
@@ -127,7 +174,9 @@ pub trait Store: Send + Sync + 'static {
         lease_token: i64,
         lease_until_ms: i64,
     ) -> StoreResult<bool>;
-    /// Return expired leases to ready; dead-letter those that expired `max_expiries` times.
+    /// Return expired leases to ready; dead-letter as poison those whose lease has now expired
+    /// `max_expiries` times in a row (no settle in between: a settle resets the count, so
+    /// crashes spread over a delivery's life never add up to a dead letter).
     async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport>;
     /// Retention: delete up to `limit` delivered deliveries last changed before `before_ms`
     /// (with their attempts), then messages older than that with no deliveries left. Ready,
@@ -150,8 +199,8 @@ pub trait Store: Send + Sync + 'static {
         before: Option<i64>,
         limit: u32,
     ) -> StoreResult<Vec<AttemptView>>;
-    /// Make dead-lettered deliveries ready again with attempts reset; by delivery or by endpoint.
-    /// Returns how many were replayed.
+    /// Make deliveries ready again now with attempts reset (see [`ReplayTarget`] for which);
+    /// their next attempts keep the message's `webhook-id`. Returns how many.
     async fn replay(&self, tenant: &str, target: ReplayTarget, now_ms: i64) -> StoreResult<u64>;
 
     /// Record something that happened to an endpoint (breaker transition, disable, replay).
@@ -170,40 +219,126 @@ pub trait Store: Send + Sync + 'static {
 
     /// Depth by state, oldest due ready delivery per tenant, and arrival counters.
     async fn queue_stats(&self, now_ms: i64) -> StoreResult<QueueStats>;
+
+    // ---- the fleet --------------------------------------------------------------------------
+
+    /// Write (insert or replace) a dispatcher's heartbeat.
+    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()>;
+    /// Heartbeats written at or after `since_ms`, by dispatcher id.
+    async fn heartbeats(&self, since_ms: i64) -> StoreResult<Vec<Heartbeat>>;
+    /// Delete dispatcher `id`'s heartbeat (it has drained) and every heartbeat written before
+    /// `before_ms` (dispatchers that stopped without draining); how many went.
+    async fn forget_heartbeats(&self, id: Option<&str>, before_ms: i64) -> StoreResult<u64>;
 }
 
-/// The column values a settlement writes: (state, visible_at, attempts increment, touches
-/// last_status/last_error, last_status, last_error).
-pub(crate) fn settle_values(
-    s: &Settlement,
-    now_ms: i64,
-) -> (i64, Option<i64>, i64, bool, Option<i64>, Option<String>) {
-    let inc = i64::from(s.attempt.is_some());
-    let status = s.attempt.as_ref().and_then(|a| a.status.map(i64::from));
-    let kind = s.attempt.as_ref().and_then(|a| a.error_kind.clone());
-    match &s.outcome {
-        SettleOutcome::Delivered => (2, None, inc, true, status, None),
-        SettleOutcome::Retry { at_ms } => (0, Some(*at_ms), inc, true, status, kind),
-        SettleOutcome::Shed { at_ms } => (0, Some(*at_ms), 0, false, None, None),
-        SettleOutcome::Dead { reason } => (3, None, inc, true, status, Some(reason.clone())),
-        SettleOutcome::Release => (0, Some(now_ms), 0, false, None, None),
+/// The column values one settlement writes to its delivery row.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SettleRow {
+    /// The new state's code ([`DeliveryState::code`]).
+    pub state: i64,
+    /// The new `visible_at_ms`, or `None` to keep it.
+    pub visible_at_ms: Option<i64>,
+    /// Added to `attempts`: 1 when an attempt was made, 0 for a shed or a release.
+    pub attempts_added: i64,
+    /// Whether `last_status` and `last_error` are rewritten (only when an attempt was made).
+    pub touches_last: bool,
+    /// The attempt's HTTP status.
+    pub last_status: Option<i64>,
+    /// The attempt's error kind, or the dead-letter reason.
+    pub last_error: Option<String>,
+}
+
+impl SettleRow {
+    /// What `s` writes, settled at `now_ms`.
+    pub(crate) fn of(s: &Settlement, now_ms: i64) -> Self {
+        let attempts_added = i64::from(s.attempt.is_some());
+        let status = s.attempt.as_ref().and_then(|a| a.status.map(i64::from));
+        let kind = s.attempt.as_ref().and_then(|a| a.error_kind.clone());
+        let row = |state: DeliveryState, visible_at_ms, last_error| SettleRow {
+            state: state.code(),
+            visible_at_ms,
+            attempts_added,
+            touches_last: true,
+            last_status: status,
+            last_error,
+        };
+        // A shed or a release is not an attempt: nothing about the last attempt changes.
+        let untouched = |visible_at_ms| SettleRow {
+            state: DeliveryState::Ready.code(),
+            visible_at_ms: Some(visible_at_ms),
+            attempts_added: 0,
+            touches_last: false,
+            last_status: None,
+            last_error: None,
+        };
+        match &s.outcome {
+            SettleOutcome::Delivered => row(DeliveryState::Delivered, None, None),
+            SettleOutcome::Retry { at_ms } => row(DeliveryState::Ready, Some(*at_ms), kind),
+            SettleOutcome::Shed { at_ms } => untouched(*at_ms),
+            SettleOutcome::Dead { reason } => row(DeliveryState::Dead, None, Some(reason.clone())),
+            SettleOutcome::Release => untouched(now_ms),
+        }
+    }
+}
+
+/// The endpoints the local dispatcher left out of its latest claim (no free lane slot, paused,
+/// breaker open), as the drivers remember them: an enqueue that gives work only to these does
+/// not wake the local dispatcher, whose claim would find nothing it may take (the churn of a
+/// slow or dead endpoint's arrivals: one empty claim, a store write, per message). It wakes
+/// anyway when a lane frees (its capacity signal) and at its idle poll, when a pause may have
+/// ended; other processes are told as ever.
+#[derive(Debug, Default)]
+pub(crate) struct HeldEndpoints(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl HeldEndpoints {
+    /// Remember the exclude list of a claim.
+    pub(crate) fn set(&self, exclude: &[String]) {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if held.len() == exclude.len() && exclude.iter().all(|e| held.contains(e)) {
+            return;
+        }
+        held.clear();
+        held.extend(exclude.iter().cloned());
+    }
+
+    /// Does any of `endpoints` (given new work) take work now, as far as the latest claim knew?
+    pub(crate) fn any_free<'a>(&self, endpoints: impl IntoIterator<Item = &'a str>) -> bool {
+        let held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        endpoints.into_iter().any(|e| !held.contains(e))
     }
 }
 
 /// A shared handle to whichever driver is configured.
 pub type SharedStore = Arc<dyn Store>;
 
+/// How much room `probe_write` checks for: enough for an ordinary batch of messages, small
+/// enough to write (and roll back) at every readiness probe.
+pub const PROBE_ROOM_BYTES: usize = 64 * 1024;
+
+/// The settings key of the write probe's heartbeat (milliseconds since the epoch).
+pub const PROBE_SETTING: &str = "write_probe_at_ms";
+
+/// Driver options for [`open`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// The embedded driver's options.
+    pub sqlite: sqlite::SqliteOptions,
+    /// The PostgreSQL driver's options.
+    pub postgres: postgres::PostgresOptions,
+}
+
 /// Open the store named by `database_url`, or the embedded SQLite file under `data_dir`, and
 /// run its migrations.
 pub async fn open(
     database_url: Option<&str>,
     data_dir: &std::path::Path,
-    sqlite: sqlite::SqliteOptions,
+    options: OpenOptions,
 ) -> StoreResult<SharedStore> {
+    let sqlite = options.sqlite;
     match database_url {
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            Ok(Arc::new(postgres::PostgresStore::connect(url).await?))
-        }
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => Ok(
+            Arc::new(postgres::PostgresStore::connect_with(url, options.postgres).await?),
+        ),
         Some(url) if url.starts_with("sqlite:") => {
             let path = url
                 .trim_start_matches("sqlite://")

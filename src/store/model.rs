@@ -1,5 +1,7 @@
 //! The rows and requests the store speaks in, shared by both drivers.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 /// A customer of the platform: owns endpoints and messages, authenticates with its own token.
@@ -29,10 +31,11 @@ pub struct Endpoint {
     pub description: String,
     /// Event types delivered here; empty means every type.
     pub event_types: Vec<String>,
-    /// Current signing secret (`whsec_…`).
+    /// Current signing key: `whsec_…` (HMAC, `v1`) or `whsk_…` (Ed25519, `v1a`).
     #[serde(skip)]
     pub secret: String,
-    /// The secret before the last rotation, still signing until `previous_secret_until_ms`.
+    /// The key before the last rotation (of either scheme), still signing until
+    /// `previous_secret_until_ms`.
     #[serde(skip)]
     pub previous_secret: Option<String>,
     /// End of the rotation overlap.
@@ -56,6 +59,9 @@ pub struct Endpoint {
     pub total_timeout_ms: Option<u32>,
     /// Start of the current unbroken run of failures, for auto-disable.
     pub failing_since_ms: Option<i64>,
+    /// Headers sent with every attempt, lower-case names (checked by the API: no hop-by-hop,
+    /// `webhook-*` or framing headers).
+    pub headers: BTreeMap<String, String>,
     /// When it was created.
     pub created_at_ms: i64,
     /// Last change.
@@ -63,10 +69,31 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Does this endpoint subscribe to `event_type`?
-    pub fn accepts(&self, event_type: &str) -> bool {
-        !self.operational
-            && (self.event_types.is_empty() || self.event_types.iter().any(|t| t == event_type))
+    /// An enabled endpoint of `tenant_id` for every event type, with the defaults for everything
+    /// else (no overrides, no previous secret), created and updated at `now_ms`.
+    pub fn new(id: String, tenant_id: String, url: String, secret: String, now_ms: i64) -> Self {
+        Self {
+            id,
+            tenant_id,
+            url,
+            description: String::new(),
+            event_types: Vec::new(),
+            secret,
+            previous_secret: None,
+            previous_secret_until_ms: None,
+            enabled: true,
+            disabled_reason: None,
+            operational: false,
+            lane_size: None,
+            latency_ceiling_ms: None,
+            connect_timeout_ms: None,
+            read_timeout_ms: None,
+            total_timeout_ms: None,
+            failing_since_ms: None,
+            headers: BTreeMap::new(),
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+        }
     }
 }
 
@@ -96,6 +123,31 @@ pub struct Enqueued {
     pub duplicate: bool,
     /// How many deliveries were created (0 for a duplicate).
     pub deliveries: u32,
+    /// A duplicate whose event type or payload differs from the original's (byte for byte):
+    /// the key was reused for another request, and nothing was stored.
+    pub mismatch: bool,
+}
+
+impl Enqueued {
+    /// A new message and its deliveries.
+    pub fn created(id: String, deliveries: u32) -> Self {
+        Self {
+            id,
+            duplicate: false,
+            deliveries,
+            mismatch: false,
+        }
+    }
+
+    /// The original `id` of a repeated idempotency key; `same` when the request matches it.
+    pub fn repeat(id: String, same: bool) -> Self {
+        Self {
+            id,
+            duplicate: true,
+            deliveries: 0,
+            mismatch: !same,
+        }
+    }
 }
 
 /// Where a delivery is in its life.
@@ -214,8 +266,6 @@ pub struct ClaimRequest {
     pub exclude: Vec<String>,
     /// Endpoints with less room than `per_endpoint` (free lane slots): take at most this many.
     pub room: Vec<(String, u32)>,
-    /// Round-robin cursor: start after this endpoint id, wrapping around.
-    pub after_endpoint: Option<String>,
 }
 
 /// A leased delivery, with what is needed to attempt it.
@@ -300,7 +350,7 @@ pub struct Settlement {
 pub struct ReapReport {
     /// Expired leases returned to ready.
     pub returned: u64,
-    /// Deliveries dead-lettered for expiring too many times.
+    /// Deliveries dead-lettered as poison: their lease expired too many times in a row.
     pub dead: u64,
 }
 
@@ -340,13 +390,61 @@ pub struct AttemptView {
     pub response: Option<String>,
 }
 
-/// What to replay.
+/// What to make deliverable again (ready now, attempts reset, the `webhook-id` kept: the next
+/// attempts are new rows of the same delivery).
 #[derive(Debug, Clone)]
 pub enum ReplayTarget {
-    /// One dead-lettered delivery.
+    /// One dead-lettered delivery (`Conflict` in any other state).
     Delivery(i64),
     /// Every dead-lettered delivery of an endpoint.
     Endpoint(String),
+    /// One delivery in any state but leased, delivered ones included (`Conflict` while an
+    /// attempt is in flight: its outcome would overwrite the resend).
+    Resend(i64),
+    /// An endpoint's failed deliveries (dead-lettered, or waiting for a retry after a failed
+    /// attempt) whose message arrived in `[since_ms, until_ms)`.
+    Recover {
+        /// The endpoint.
+        endpoint: String,
+        /// Earliest message arrival included.
+        since_ms: i64,
+        /// First arrival excluded.
+        until_ms: i64,
+    },
+}
+
+/// For a replay or resend of delivery `id`, now in `state`: the states (as an SQL list) the
+/// update may change, or why it may not happen.
+pub(crate) fn replayable(
+    target: &ReplayTarget,
+    id: i64,
+    state: DeliveryState,
+) -> Result<&'static str, super::StoreError> {
+    let public = crate::ids::numbered(crate::ids::DELIVERY, id);
+    match (target, state) {
+        (ReplayTarget::Delivery(_), DeliveryState::Dead) => Ok("3"),
+        (ReplayTarget::Delivery(_), other) => Err(super::StoreError::Conflict(format!(
+            "delivery {public} is {}, not dead-lettered (resend it instead)",
+            other.name()
+        ))),
+        (ReplayTarget::Resend(_), DeliveryState::Leased) => {
+            Err(super::StoreError::Conflict(format!(
+                "delivery {public} is being attempted now; resend it once that attempt settles"
+            )))
+        }
+        (_, _) => Ok("0, 2, 3"),
+    }
+}
+
+impl ReplayTarget {
+    /// What `last_error` says about a delivery made ready this way.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReplayTarget::Delivery(_) | ReplayTarget::Endpoint(_) => "replayed",
+            ReplayTarget::Resend(_) => "resent",
+            ReplayTarget::Recover { .. } => "recovered",
+        }
+    }
 }
 
 /// Figures for operators.
@@ -377,4 +475,27 @@ pub struct EndpointEvent {
     pub detail: String,
     /// When.
     pub at_ms: i64,
+}
+
+/// A dispatcher's heartbeat: who it is and its load, rewritten every heartbeat interval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Heartbeat {
+    /// The dispatcher's id (`dsp_…`, new at every start).
+    pub id: String,
+    /// When it started, ms epoch.
+    pub started_at_ms: i64,
+    /// When this heartbeat was written, ms epoch.
+    pub beat_at_ms: i64,
+    /// Attempts in flight.
+    pub in_flight: u32,
+    /// Its global bound on in-flight attempts now.
+    pub concurrency: u32,
+    /// The largest bound it may reach (`--concurrency`, or the top of `auto:MIN-MAX`).
+    pub capacity: u32,
+    /// Offered attempts per second (delivered and failed), from its rolling windows.
+    pub arrivals_per_s: f64,
+    /// Mean attempt duration, seconds (0 without samples).
+    pub mean_service_s: f64,
+    /// Has it begun to drain?
+    pub draining: bool,
 }

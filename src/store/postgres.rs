@@ -2,9 +2,14 @@
 //!
 //! Claims are one statement (`FOR UPDATE SKIP LOCKED` inside a `LATERAL` per endpoint) that
 //! commits before it returns; settles and enqueues are one statement over arrays (`unnest`),
-//! so a batch costs one round trip however large it is. New work is announced with
-//! `NOTIFY sluice_work`, which a listener connection relays to idle dispatchers.
+//! each committed on its own, so a batch costs one round trip however large it is. New work is
+//! announced with `NOTIFY sluice_work`, which a listener connection relays to idle dispatchers
+//! (see [`background`]).
 
+mod background;
+mod errors;
+mod heartbeats;
+mod options;
 mod queries;
 
 use std::sync::Arc;
@@ -12,17 +17,40 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use futures_util::StreamExt;
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::NoTls;
 
+pub(crate) use errors::pg;
+pub use options::PostgresOptions;
+use options::configure;
+
+use background::{DueVacuum, announce, listen};
+
+use super::deadline::MAINTENANCE_DEADLINE;
 use super::*;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("sql/postgres_001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("sql/postgres_001_init.sql")),
+    (2, include_str!("sql/postgres_002_subscriptions.sql")),
+    (3, include_str!("sql/postgres_003_due_endpoints.sql")),
+    (4, include_str!("sql/postgres_004_endpoint_headers.sql")),
+    (5, include_str!("sql/postgres_005_dispatchers.sql")),
+    (6, include_str!("sql/postgres_006_write_path.sql")),
+];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;
 /// The notification channel for new work.
 pub(crate) const WORK_CHANNEL: &str = "sluice_work";
+/// Connections in the pool.
+const POOL_SIZE: usize = 16;
+
+/// What the pool waits for, kept to explain a pool error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PoolTimeouts {
+    wait: Duration,
+    create: Duration,
+    max_size: usize,
+}
 
 /// The PostgreSQL store.
 pub struct PostgresStore {
@@ -30,14 +58,30 @@ pub struct PostgresStore {
     signal: Arc<Notify>,
     /// Asks the announcer task for a `NOTIFY` after an enqueue commits (see `announce`).
     announce: tokio::sync::mpsc::Sender<()>,
+    /// `host:port`, for errors (never the URL: it may hold a password).
+    target: Arc<str>,
+    timeouts: PoolTimeouts,
+    /// Keeps the due table's dead rows few (see [`DueVacuum`]).
+    due_vacuum: Arc<DueVacuum>,
+    /// What the local dispatcher's latest claim left out.
+    held: HeldEndpoints,
+    /// This process's name in `NOTIFY` payloads, so its own listener ignores its announcements.
+    instance: Arc<str>,
 }
 
 impl PostgresStore {
-    /// Connect, migrate, and start relaying notifications.
+    /// Connect with the default options, migrate, and start relaying notifications.
     pub async fn connect(url: &str) -> StoreResult<Self> {
-        let config: tokio_postgres::Config = url
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connect, migrate, and start relaying notifications.
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> StoreResult<Self> {
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Database(format!("bad database url: {e}")))?;
+        configure(&mut config, options);
+        let target: Arc<str> = errors::target(&config).into();
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
@@ -45,45 +89,95 @@ impl PostgresStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        let timeouts = PoolTimeouts {
+            wait: options.deadline,
+            create: config
+                .get_connect_timeout()
+                .copied()
+                .unwrap_or(options.deadline),
+            max_size: POOL_SIZE,
+        };
         let pool = Pool::builder(manager)
-            .max_size(16)
-            .wait_timeout(Some(Duration::from_secs(10)))
-            .create_timeout(Some(Duration::from_secs(5)))
+            .max_size(POOL_SIZE)
+            .wait_timeout(Some(timeouts.wait))
+            .create_timeout(Some(timeouts.create))
+            .recycle_timeout(Some(timeouts.create))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Database(e.to_string()))?;
         let (announce_tx, announce_rx) = tokio::sync::mpsc::channel(1);
-        tokio::spawn(announce(pool.clone(), announce_rx));
+        let instance: Arc<str> = crate::ids::new_token("proc").into();
+        tokio::spawn(announce(
+            pool.clone(),
+            announce_rx,
+            options.deadline,
+            target.clone(),
+            timeouts,
+            instance.clone(),
+        ));
         let store = Self {
             pool,
             signal: Arc::new(Notify::new()),
             announce: announce_tx,
+            target,
+            timeouts,
+            due_vacuum: Arc::default(),
+            held: HeldEndpoints::default(),
+            instance: instance.clone(),
         };
         store.migrate().await?;
-        tokio::spawn(listen(config, store.signal.clone()));
+        tokio::spawn(listen(config, store.signal.clone(), instance));
         Ok(store)
+    }
+
+    /// Count due-table writes and start a vacuum of it when due (see [`DueVacuum`]).
+    fn due_written(&self, rows: u64) {
+        if rows == 0 || !self.due_vacuum.wrote(rows) {
+            return;
+        }
+        let (pool, state) = (self.pool.clone(), self.due_vacuum.clone());
+        tokio::spawn(async move {
+            if let Ok(client) = pool.get().await
+                && let Err(e) = client
+                    .batch_execute("VACUUM (SKIP_LOCKED, TRUNCATE false) due_endpoints")
+                    .await
+            {
+                tracing::debug!(error = %errors::cause(&e), "postgres: due table not vacuumed");
+            }
+            state
+                .running
+                .store(false, std::sync::atomic::Ordering::Release);
+        });
     }
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {
         self.pool
             .get()
             .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
+            .map_err(|e| errors::pool(e, &self.target, &self.timeouts))
     }
 
+    /// Apply pending migrations. The advisory lock comes first, before `schema_migrations` is
+    /// even created, so processes started at once on an empty database take turns instead of
+    /// racing on `CREATE TABLE` (all in one transaction: DDL is transactional in PostgreSQL,
+    /// and the lock is held until the commit).
     async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.client().await?;
-        client
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations \
-                 (version BIGINT PRIMARY KEY, applied_at_ms BIGINT NOT NULL)",
-            )
+        let tx = client.transaction().await.map_err(pg)?;
+        // Waiting for another process's migration, or a long migration, is expected here:
+        // neither may be cut short by the pool's statement timeout.
+        tx.batch_execute("SET LOCAL statement_timeout = 0")
             .await
             .map_err(pg)?;
-        let tx = client.transaction().await.map_err(pg)?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await
             .map_err(pg)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations \
+             (version BIGINT PRIMARY KEY, applied_at_ms BIGINT NOT NULL)",
+        )
+        .await
+        .map_err(pg)?;
         for (version, sql) in MIGRATIONS {
             let applied = tx
                 .query_opt(
@@ -98,7 +192,7 @@ impl PostgresStore {
             }
             tx.batch_execute(sql)
                 .await
-                .map_err(|e| StoreError::Database(format!("migration {version} failed: {e}")))?;
+                .map_err(|e| pg(e).context(format!("migration {version} failed")))?;
             tx.execute(
                 "INSERT INTO schema_migrations VALUES ($1, $2)",
                 &[version, &crate::clock::now_ms()],
@@ -107,83 +201,6 @@ impl PostgresStore {
             .map_err(pg)?;
         }
         tx.commit().await.map_err(pg)
-    }
-}
-
-/// Send `NOTIFY` for enqueues that have committed, one at a time, coalescing requests that
-/// arrive meanwhile (the channel holds one pending request).
-///
-/// Not inside the enqueue transaction: PostgreSQL serialises the commits of all transactions
-/// that notify (a global lock held through the commit's WAL flush), which turned concurrent
-/// enqueues into one fsync each in turn, about 4x slower at 32 producers. Ends when the store
-/// is dropped.
-async fn announce(pool: Pool, mut requests: tokio::sync::mpsc::Receiver<()>) {
-    while requests.recv().await.is_some() {
-        let sent = match pool.get().await {
-            Ok(client) => queries::notify(&client).await,
-            Err(e) => Err(StoreError::Unavailable(e.to_string())),
-        };
-        if let Err(e) = sent {
-            tracing::debug!(error = %e, "postgres: cannot announce new work");
-        }
-    }
-}
-
-/// Keep a LISTEN connection open and wake the local dispatcher on every notification;
-/// reconnect after a failure (a missed notification only costs one idle poll).
-async fn listen(config: tokio_postgres::Config, signal: Arc<Notify>) {
-    loop {
-        match config.connect(NoTls).await {
-            Ok((client, mut connection)) => {
-                let mut messages =
-                    futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-                let listening = async {
-                    client
-                        .batch_execute(&format!("LISTEN {WORK_CHANNEL}"))
-                        .await
-                };
-                // The connection must be polled for the LISTEN to complete.
-                let mut listening = std::pin::pin!(listening);
-                let mut ready = false;
-                loop {
-                    tokio::select! {
-                        r = &mut listening, if !ready => {
-                            if r.is_err() { break; }
-                            ready = true;
-                        }
-                        m = messages.next() => match m {
-                            Some(Ok(AsyncMessage::Notification(_))) => signal.notify_one(),
-                            Some(Ok(_)) => {}
-                            Some(Err(_)) | None => break,
-                        }
-                    }
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "postgres listener cannot connect"),
-        }
-        // Work may have arrived while we were not listening.
-        signal.notify_one();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-pub(crate) fn pg(e: tokio_postgres::Error) -> StoreError {
-    use tokio_postgres::error::SqlState;
-    match e.code() {
-        Some(code) if *code == SqlState::UNIQUE_VIOLATION => StoreError::Conflict(e.to_string()),
-        Some(code) if *code == SqlState::FOREIGN_KEY_VIOLATION => {
-            StoreError::Conflict(e.to_string())
-        }
-        Some(code)
-            if code.code().starts_with("08")
-                || code.code().starts_with("57P")
-                || *code == SqlState::T_R_DEADLOCK_DETECTED
-                || *code == SqlState::T_R_SERIALIZATION_FAILURE =>
-        {
-            StoreError::Unavailable(e.to_string())
-        }
-        Some(_) => StoreError::Database(e.to_string()),
-        None => StoreError::Unavailable(e.to_string()),
     }
 }
 
@@ -203,12 +220,34 @@ impl Store for PostgresStore {
         Ok(())
     }
 
+    async fn probe_write(&self) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        // Room: a rolled-back insert still has to extend the table (or find free space in it),
+        // which is where a full disk shows (53100).
+        let tx = client.transaction().await.map_err(pg)?;
+        queries::probe_room(&tx).await?;
+        tx.rollback().await.map_err(pg)?;
+        queries::set_setting(&client, PROBE_SETTING, &crate::clock::now_ms().to_string()).await
+    }
+
     async fn setting(&self, key: &str) -> StoreResult<Option<String>> {
         queries::setting(&self.client().await?, key).await
     }
 
     async fn set_setting(&self, key: &str, value: &str) -> StoreResult<()> {
         queries::set_setting(&self.client().await?, key, value).await
+    }
+
+    async fn delete_setting(&self, key: &str) -> StoreResult<bool> {
+        queries::delete_setting(&self.client().await?, key).await
+    }
+
+    async fn delete_settings_between(&self, from: &str, to: &str) -> StoreResult<u64> {
+        queries::delete_settings_between(&self.client().await?, from, to).await
+    }
+
+    async fn init_setting(&self, key: &str, value: &str) -> StoreResult<String> {
+        queries::init_setting(&self.client().await?, key, value).await
     }
 
     async fn create_tenant(&self, tenant: &Tenant) -> StoreResult<()> {
@@ -239,7 +278,21 @@ impl Store for PostgresStore {
     }
 
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
-        queries::create_endpoint(&self.client().await?, endpoint).await
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        queries::create_endpoint(&tx, endpoint).await?;
+        tx.commit().await.map_err(pg)
+    }
+
+    async fn create_endpoints(&self, endpoints: &[Endpoint]) -> StoreResult<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        // Concurrent futures on one connection: the statements are pipelined.
+        futures_util::future::try_join_all(
+            endpoints.iter().map(|e| queries::create_endpoint(&tx, e)),
+        )
+        .await?;
+        tx.commit().await.map_err(pg)
     }
 
     async fn endpoint(&self, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint> {
@@ -256,9 +309,12 @@ impl Store for PostgresStore {
     }
 
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
-        let client = self.client().await?;
-        queries::update_endpoint(&client, endpoint).await?;
-        queries::notify(&client).await
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        queries::update_endpoint(&tx, endpoint).await?;
+        tx.commit().await.map_err(pg)?;
+        self.signal.notify_one();
+        queries::notify(&client, &self.instance).await
     }
 
     async fn delete_endpoint(&self, tenant: &str, id: &str) -> StoreResult<()> {
@@ -275,23 +331,29 @@ impl Store for PostgresStore {
         reason: Option<&str>,
         now_ms: i64,
     ) -> StoreResult<()> {
-        let client = self.client().await?;
-        queries::set_endpoint_enabled(&client, id, enabled, reason, now_ms).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        queries::set_endpoint_enabled(&tx, id, enabled, reason, now_ms).await?;
+        tx.commit().await.map_err(pg)?;
         if enabled {
-            queries::notify(&client).await?;
+            self.signal.notify_one();
+            queries::notify(&client, &self.instance).await?;
         }
         Ok(())
     }
 
     async fn enqueue(&self, messages: &[NewMessage], now_ms: i64) -> StoreResult<Vec<Enqueued>> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg)?;
-        let result = queries::enqueue(&tx, messages, now_ms).await?;
-        tx.commit().await.map_err(pg)?;
-        if result.iter().any(|e| e.deliveries > 0) {
-            // Wake local dispatchers now and other processes through NOTIFY; a request already
+        // One statement, committed on its own (no BEGIN … COMMIT round trips).
+        let client = self.client().await?;
+        let (result, given_work) = queries::enqueue(&client, messages, now_ms).await?;
+        self.due_written(given_work.len() as u64);
+        if !given_work.is_empty() {
+            // Wake the local dispatcher now, unless all of it is for endpoints it cannot take
+            // (see `HeldEndpoints`), and other processes through NOTIFY; a request already
             // pending covers this commit too.
-            self.signal.notify_one();
+            if self.held.any_free(given_work.iter().map(String::as_str)) {
+                self.signal.notify_one();
+            }
             let _ = self.announce.try_send(());
         }
         Ok(result)
@@ -301,26 +363,14 @@ impl Store for PostgresStore {
         queries::message(&self.client().await?, tenant, id).await
     }
 
-    async fn list_messages(
-        &self,
-        tenant: &str,
-        before: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<Vec<MessageSummary>> {
-        queries::list_messages(&self.client().await?, tenant, before, limit).await
+    async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<MessageSummary>> {
+        queries::list_messages(&self.client().await?, filter).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
-        let client = self.client().await?;
-        let cursor = request.after_endpoint.as_deref().unwrap_or("");
-        let mut claimed = queries::claim(&client, request, cursor, false).await?;
-        if claimed.len() < request.limit as usize && !cursor.is_empty() {
-            let rest = ClaimRequest {
-                limit: request.limit - claimed.len() as u32,
-                ..request.clone()
-            };
-            claimed.extend(queries::claim(&client, &rest, cursor, true).await?);
-        }
+        self.held.set(&request.exclude);
+        let (claimed, due_rows) = queries::claim(&mut self.client().await?, request).await?;
+        self.due_written(due_rows);
         Ok(claimed)
     }
 
@@ -349,6 +399,13 @@ impl Store for PostgresStore {
     async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
+        // Maintenance gets its own, longer statement timeout than requests.
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = {}",
+            MAINTENANCE_DEADLINE.as_millis()
+        ))
+        .await
+        .map_err(pg)?;
         let n = queries::purge(&tx, before_ms, limit).await?;
         tx.commit().await.map_err(pg)?;
         Ok(n)
@@ -359,9 +416,12 @@ impl Store for PostgresStore {
         let tx = client.transaction().await.map_err(pg)?;
         let report = queries::reap(&tx, now_ms, max_expiries).await?;
         if report.returned > 0 {
-            queries::notify(&tx).await?;
+            queries::notify(&tx, &self.instance).await?;
         }
         tx.commit().await.map_err(pg)?;
+        if report.returned > 0 {
+            self.signal.notify_one();
+        }
         Ok(report)
     }
 
@@ -390,9 +450,12 @@ impl Store for PostgresStore {
         let tx = client.transaction().await.map_err(pg)?;
         let n = queries::replay(&tx, tenant, &target, now_ms).await?;
         if n > 0 {
-            queries::notify(&tx).await?;
+            queries::notify(&tx, &self.instance).await?;
         }
         tx.commit().await.map_err(pg)?;
+        if n > 0 {
+            self.signal.notify_one();
+        }
         Ok(n)
     }
 
@@ -415,5 +478,17 @@ impl Store for PostgresStore {
 
     async fn queue_stats(&self, now_ms: i64) -> StoreResult<QueueStats> {
         queries::queue_stats(&self.client().await?, now_ms).await
+    }
+
+    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()> {
+        heartbeats::beat(&self.client().await?, heartbeat).await
+    }
+
+    async fn heartbeats(&self, since_ms: i64) -> StoreResult<Vec<Heartbeat>> {
+        heartbeats::since(&self.client().await?, since_ms).await
+    }
+
+    async fn forget_heartbeats(&self, id: Option<&str>, before_ms: i64) -> StoreResult<u64> {
+        heartbeats::forget(&self.client().await?, id, before_ms).await
     }
 }

@@ -7,23 +7,36 @@
 //! while the writer writes). No transaction ever spans an await: the async side only waits for
 //! the answer.
 
+mod errors;
+mod heartbeats;
 mod queries;
+mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::thread;
 
 use async_trait::async_trait;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Sender, TrySendError};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, oneshot};
 
+pub(crate) use errors::db;
+use writer::{Completion, WriteJob, savepoint, writer_loop};
+
 use super::*;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("sql/sqlite_001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("sql/sqlite_001_init.sql")),
+    (2, include_str!("sql/sqlite_002_subscriptions.sql")),
+    (3, include_str!("sql/sqlite_003_due_endpoints.sql")),
+    (4, include_str!("sql/sqlite_004_endpoint_headers.sql")),
+    (5, include_str!("sql/sqlite_005_dispatchers.sql")),
+];
 
-/// How many jobs one group commit may carry.
-const GROUP_COMMIT_MAX: usize = 512;
+/// Writes and reads that may wait for their thread before new ones are refused.
+const WRITE_QUEUE: usize = 4096;
+const READ_QUEUE: usize = 4096;
 
 /// Options for the embedded driver.
 #[derive(Debug, Clone, Copy)]
@@ -44,9 +57,6 @@ impl Default for SqliteOptions {
     }
 }
 
-type Completion = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
-/// A write job: runs on the writer's connection, or is told it cannot run (`None`).
-type WriteJob = Box<dyn FnOnce(Option<&Connection>) -> Completion + Send>;
 type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 
 /// The embedded store.
@@ -54,6 +64,8 @@ pub struct SqliteStore {
     writer: Sender<WriteJob>,
     readers: Sender<ReadJob>,
     signal: Arc<Notify>,
+    /// What the local dispatcher's latest claim left out.
+    held: HeldEndpoints,
 }
 
 impl SqliteStore {
@@ -61,12 +73,12 @@ impl SqliteStore {
     pub fn open(path: &Path, options: SqliteOptions) -> StoreResult<Self> {
         let conn = open_connection(path, options, false)?;
         migrate(&conn)?;
-        let (writer, jobs) = crossbeam_channel::bounded::<WriteJob>(4096);
+        let (writer, jobs) = crossbeam_channel::bounded::<WriteJob>(WRITE_QUEUE);
         thread::Builder::new()
             .name("sluice-sqlite-writer".into())
             .spawn(move || writer_loop(conn, jobs))
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        let (readers, read_jobs) = crossbeam_channel::bounded::<ReadJob>(4096);
+        let (readers, read_jobs) = crossbeam_channel::bounded::<ReadJob>(READ_QUEUE);
         for i in 0..options.readers.max(1) {
             let conn = open_connection(path, options, true)?;
             let jobs = read_jobs.clone();
@@ -83,6 +95,7 @@ impl SqliteStore {
             writer,
             readers,
             signal: Arc::new(Notify::new()),
+            held: HeldEndpoints::default(),
         })
     }
 
@@ -95,22 +108,56 @@ impl SqliteStore {
         let (tx, rx) = oneshot::channel();
         let job: WriteJob = Box::new(move |conn| {
             let result = match conn {
-                Some(conn) => savepoint(conn, f),
-                None => Err(StoreError::Unavailable("cannot begin a transaction".into())),
+                Ok(conn) => savepoint(conn, f),
+                Err(e) => Err(e.clone()),
             };
-            Box::new(move |committed| {
+            let failed = result.as_ref().err().cloned();
+            let completion: Completion = Box::new(move |committed| {
                 let answer = match committed {
                     Ok(()) => result,
                     Err(e) => result.and(Err(e)),
                 };
                 let _ = tx.send(answer);
-            })
+            });
+            (completion, failed)
         });
-        self.writer
-            .send(job)
-            .map_err(|_| StoreError::Unavailable("sqlite writer stopped".into()))?;
+        // Never block a runtime thread on a full queue (the writer is stuck on a hung disk):
+        // refuse at once, and the deadline bounds the wait for queued work.
+        self.writer.try_send(job).map_err(|e| match e {
+            TrySendError::Full(_) => StoreError::Unavailable(format!(
+                "the sqlite writer is behind: {WRITE_QUEUE} writes are waiting"
+            )),
+            TrySendError::Disconnected(_) => {
+                StoreError::Unavailable("sqlite writer stopped".into())
+            }
+        })?;
         rx.await
             .map_err(|_| StoreError::Unavailable("sqlite writer stopped".into()))?
+    }
+
+    /// Cap the database at `max_bytes` (whole pages, never below its current size), or lift the
+    /// cap with `None`. Writes past the cap fail as they would on a full disk (`SQLITE_FULL`
+    /// from the engine itself), which is how the disk-full tests fill a database without a
+    /// small filesystem; an operator sharing a volume could use it to keep room. Returns the
+    /// current size and the cap, in bytes.
+    pub async fn limit_size(&self, max_bytes: Option<u64>) -> StoreResult<(u64, u64)> {
+        self.write(move |c| {
+            let page: i64 = c
+                .query_row("PRAGMA page_size", [], |r| r.get(0))
+                .map_err(db)?;
+            let pages: i64 = c
+                .query_row("PRAGMA page_count", [], |r| r.get(0))
+                .map_err(db)?;
+            // SQLite's own ceiling (SQLITE_MAX_PAGE_COUNT) when lifting the cap.
+            let wanted = max_bytes.map_or(4_294_967_294, |b| (b as i64 / page).max(pages));
+            let cap: i64 = c
+                .query_row(&format!("PRAGMA max_page_count = {wanted}"), [], |r| {
+                    r.get(0)
+                })
+                .map_err(db)?;
+            Ok(((pages * page) as u64, (cap * page) as u64))
+        })
+        .await
     }
 
     /// Run `f` on a reader thread.
@@ -123,9 +170,14 @@ impl SqliteStore {
         let job: ReadJob = Box::new(move |conn| {
             let _ = tx.send(f(conn));
         });
-        self.readers
-            .send(job)
-            .map_err(|_| StoreError::Unavailable("sqlite readers stopped".into()))?;
+        self.readers.try_send(job).map_err(|e| match e {
+            TrySendError::Full(_) => StoreError::Unavailable(format!(
+                "the sqlite readers are behind: {READ_QUEUE} reads are waiting"
+            )),
+            TrySendError::Disconnected(_) => {
+                StoreError::Unavailable("sqlite readers stopped".into())
+            }
+        })?;
         rx.await
             .map_err(|_| StoreError::Unavailable("sqlite readers stopped".into()))?
     }
@@ -193,82 +245,6 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
     Ok(())
 }
 
-/// Run one job inside a savepoint so that its failure rolls back only its own writes.
-fn savepoint<T>(
-    conn: &Connection,
-    f: impl FnOnce(&Connection) -> StoreResult<T>,
-) -> StoreResult<T> {
-    conn.execute_batch("SAVEPOINT job").map_err(db)?;
-    let result = f(conn);
-    let end = if result.is_ok() {
-        conn.execute_batch("RELEASE job")
-    } else {
-        conn.execute_batch("ROLLBACK TO job; RELEASE job")
-    };
-    match end {
-        Ok(()) => result,
-        Err(e) => result.and(Err(db(e))),
-    }
-}
-
-fn writer_loop(conn: Connection, jobs: Receiver<WriteJob>) {
-    let mut batch: Vec<WriteJob> = Vec::with_capacity(GROUP_COMMIT_MAX);
-    let mut done: Vec<Completion> = Vec::with_capacity(GROUP_COMMIT_MAX);
-    while let Ok(first) = jobs.recv() {
-        batch.push(first);
-        while batch.len() < GROUP_COMMIT_MAX {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-            tracing::error!(error = %e, "sqlite: cannot begin a transaction");
-            for job in batch.drain(..) {
-                job(None)(Ok(()));
-            }
-            continue;
-        }
-        for job in batch.drain(..) {
-            done.push(job(Some(&conn)));
-        }
-        let committed = conn.execute_batch("COMMIT").map_err(|e| {
-            let _ = conn.execute_batch("ROLLBACK");
-            StoreError::Unavailable(format!("commit failed: {e}"))
-        });
-        for completion in done.drain(..) {
-            completion(match &committed {
-                Ok(()) => Ok(()),
-                Err(e) => Err(StoreError::Unavailable(e.to_string())),
-            });
-        }
-    }
-}
-
-pub(crate) fn db(e: rusqlite::Error) -> StoreError {
-    match e {
-        rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound("row"),
-        rusqlite::Error::SqliteFailure(f, msg)
-            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-        {
-            StoreError::Conflict(msg.unwrap_or_else(|| f.to_string()))
-        }
-        rusqlite::Error::SqliteFailure(f, msg)
-            if matches!(
-                f.code,
-                rusqlite::ErrorCode::CannotOpen
-                    | rusqlite::ErrorCode::DiskFull
-                    | rusqlite::ErrorCode::SystemIoFailure
-                    | rusqlite::ErrorCode::DatabaseBusy
-                    | rusqlite::ErrorCode::DatabaseLocked
-            ) =>
-        {
-            StoreError::Unavailable(msg.unwrap_or_else(|| f.to_string()))
-        }
-        other => StoreError::Database(other.to_string()),
-    }
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     fn driver(&self) -> &'static str {
@@ -284,6 +260,15 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn probe_write(&self) -> StoreResult<()> {
+        let now = crate::clock::now_ms().to_string();
+        self.write(move |c| {
+            queries::probe_room(c)?;
+            queries::set_setting(c, PROBE_SETTING, &now)
+        })
+        .await
+    }
+
     async fn setting(&self, key: &str) -> StoreResult<Option<String>> {
         let key = key.to_owned();
         self.read(move |c| queries::setting(c, &key)).await
@@ -292,6 +277,23 @@ impl Store for SqliteStore {
     async fn set_setting(&self, key: &str, value: &str) -> StoreResult<()> {
         let (key, value) = (key.to_owned(), value.to_owned());
         self.write(move |c| queries::set_setting(c, &key, &value))
+            .await
+    }
+
+    async fn delete_setting(&self, key: &str) -> StoreResult<bool> {
+        let key = key.to_owned();
+        self.write(move |c| queries::delete_setting(c, &key)).await
+    }
+
+    async fn delete_settings_between(&self, from: &str, to: &str) -> StoreResult<u64> {
+        let (from, to) = (from.to_owned(), to.to_owned());
+        self.write(move |c| queries::delete_settings_between(c, &from, &to))
+            .await
+    }
+
+    async fn init_setting(&self, key: &str, value: &str) -> StoreResult<String> {
+        let (key, value) = (key.to_owned(), value.to_owned());
+        self.write(move |c| queries::init_setting(c, &key, &value))
             .await
     }
 
@@ -332,6 +334,16 @@ impl Store for SqliteStore {
         let endpoint = endpoint.clone();
         self.write(move |c| queries::create_endpoint(c, &endpoint))
             .await
+    }
+
+    async fn create_endpoints(&self, endpoints: &[Endpoint]) -> StoreResult<()> {
+        let endpoints = endpoints.to_vec();
+        self.write(move |c| {
+            endpoints
+                .iter()
+                .try_for_each(|e| queries::create_endpoint(c, e))
+        })
+        .await
     }
 
     async fn endpoint(&self, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint> {
@@ -387,10 +399,11 @@ impl Store for SqliteStore {
 
     async fn enqueue(&self, messages: &[NewMessage], now_ms: i64) -> StoreResult<Vec<Enqueued>> {
         let messages = messages.to_vec();
-        let result = self
+        let (result, given_work) = self
             .write(move |c| queries::enqueue(c, &messages, now_ms))
             .await?;
-        if result.iter().any(|e| e.deliveries > 0) {
+        // Not for work only endpoints the dispatcher cannot take now have (see HeldEndpoints).
+        if self.held.any_free(given_work.iter().map(String::as_str)) {
             self.signal.notify_one();
         }
         Ok(result)
@@ -401,18 +414,13 @@ impl Store for SqliteStore {
         self.read(move |c| queries::message(c, &tenant, &id)).await
     }
 
-    async fn list_messages(
-        &self,
-        tenant: &str,
-        before: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<Vec<MessageSummary>> {
-        let (tenant, before) = (tenant.to_owned(), before.map(str::to_owned));
-        self.read(move |c| queries::list_messages(c, &tenant, before.as_deref(), limit))
-            .await
+    async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<MessageSummary>> {
+        let filter = filter.clone();
+        self.read(move |c| queries::list_messages(c, &filter)).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+        self.held.set(&request.exclude);
         let request = request.clone();
         self.write(move |c| queries::claim(c, &request)).await
     }
@@ -510,5 +518,20 @@ impl Store for SqliteStore {
 
     async fn queue_stats(&self, now_ms: i64) -> StoreResult<QueueStats> {
         self.read(move |c| queries::queue_stats(c, now_ms)).await
+    }
+
+    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()> {
+        let heartbeat = heartbeat.clone();
+        self.write(move |c| heartbeats::beat(c, &heartbeat)).await
+    }
+
+    async fn heartbeats(&self, since_ms: i64) -> StoreResult<Vec<Heartbeat>> {
+        self.read(move |c| heartbeats::since(c, since_ms)).await
+    }
+
+    async fn forget_heartbeats(&self, id: Option<&str>, before_ms: i64) -> StoreResult<u64> {
+        let id = id.map(str::to_owned);
+        self.write(move |c| heartbeats::forget(c, id.as_deref(), before_ms))
+            .await
     }
 }

@@ -1,23 +1,21 @@
 //! Messages, deliveries and attempts; idempotency under concurrency; dead letters and replay.
 
 use reqwest::Method;
-use serde_json::json;
-use sluice::receivers::{self, Behavior};
+use serde_json::{Value, json};
+use sluice_testkit::receiver::{self, Behavior};
 
 use super::{Sluice, assert_problem, states};
 
 #[tokio::test]
 async fn messages_deliveries_and_attempts_per_message_and_per_endpoint() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let (_, token) = s.tenant("acme").await;
-    let rx = receivers::start(Behavior::Fast, true).await.unwrap();
-    let ep = s.endpoint(&token, &rx.url(), json!({})).await["id"]
+    let rx = receiver::start(Behavior::Fast, true).await.unwrap();
+    let ep = s.create_endpoint(&token, &rx.url(), json!({})).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let msg = s
-        .message(&token, "order.paid", json!({ "order": 42 }))
-        .await;
+    let msg = s.send(&token, "order.paid", json!({ "order": 42 })).await;
     s.wait_for(
         &format!("/v1/messages/{msg}/deliveries?state=delivered"),
         &token,
@@ -59,8 +57,20 @@ async fn messages_deliveries_and_attempts_per_message_and_per_endpoint() {
             &token,
         )
         .await;
-    let delivery = by_ep["data"][0]["id"].as_i64().unwrap();
+    let delivery = by_ep["data"][0]["id"].as_str().unwrap().to_owned();
+    assert!(delivery.starts_with("dlv_"), "{delivery}");
     assert_eq!(by_ep["data"][0]["message_id"], msg.as_str());
+    // Only the prefixed id is a delivery id; the bare row number is not.
+    let bare = delivery.trim_start_matches("dlv_");
+    let r = s
+        .call(
+            Method::GET,
+            &format!("/v1/deliveries/{bare}"),
+            Some(&token),
+            None,
+        )
+        .await;
+    assert_problem(&r, 404, None);
 
     for path in [
         format!("/v1/messages/{msg}/attempts"),
@@ -70,10 +80,13 @@ async fn messages_deliveries_and_attempts_per_message_and_per_endpoint() {
         let a = s.get_ok(&path, &token).await;
         let a = &a["data"][0];
         assert_eq!(
-            (a["delivery_id"].as_i64(), a["status"].as_u64()),
-            (Some(delivery), Some(200)),
+            (a["delivery_id"].as_str(), a["status"].as_u64()),
+            (Some(delivery.as_str()), Some(200)),
             "{path}"
         );
+        assert!(a["id"].as_str().unwrap().starts_with("att_"), "{path}: {a}");
+        let started = a["started_at"].as_str().unwrap();
+        assert!(sluice::clock::parse_rfc3339(started).is_ok(), "{started}");
         assert!(
             a["duration_ms"].is_u64() && a["error_kind"].is_null() && a.get("response").is_some()
         );
@@ -99,12 +112,65 @@ async fn messages_deliveries_and_attempts_per_message_and_per_endpoint() {
     s.stop().await;
 }
 
+/// A key repeated with the same request is the original (200); repeated with another event
+/// type or payload it is refused with 422 naming the key, after the IETF Idempotency-Key draft
+/// (409 there is for a request still in progress), and nothing is stored.
+#[tokio::test]
+async fn a_reused_idempotency_key_with_another_request_is_422_and_stores_nothing() {
+    let s = Sluice::start_with(|_| {}).await;
+    let (_, token) = s.tenant("acme").await;
+    let post = |body: Value| {
+        let body = serde_json::to_vec(&body).unwrap();
+        let s = &s;
+        let token = token.clone();
+        async move {
+            s.raw(
+                Method::POST,
+                "/v1/messages",
+                Some(&token),
+                Some(body),
+                "application/json",
+                &[("idempotency-key", "order-42")],
+            )
+            .await
+        }
+    };
+    let first = post(json!({ "event_type": "order.created", "payload": { "order": 42 } })).await;
+    assert_eq!(first.status, 202, "{}", first.text);
+    let id = first.body["id"].as_str().unwrap().to_owned();
+    let same = post(json!({ "event_type": "order.created", "payload": { "order": 42 } })).await;
+    assert_eq!(
+        (same.status, same.body["id"].as_str()),
+        (200, Some(id.as_str()))
+    );
+    assert_eq!(same.body["duplicate"], true);
+    for other in [
+        json!({ "event_type": "order.created", "payload": { "order": 43 } }),
+        json!({ "event_type": "order.cancelled", "payload": { "order": 42 } }),
+    ] {
+        let r = post(other).await;
+        assert_problem(&r, 422, Some("Idempotency-Key"));
+        assert!(
+            r.body["detail"].as_str().unwrap().contains(&id),
+            "{}",
+            r.text
+        );
+    }
+    let log = s.get_ok("/v1/messages", &token).await;
+    assert_eq!(
+        log["data"].as_array().unwrap().len(),
+        1,
+        "nothing stored: {log}"
+    );
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn twenty_concurrent_duplicates_create_one_message() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let (_, token) = s.tenant("acme").await;
-    let rx = receivers::start(Behavior::Fast, true).await.unwrap();
-    s.endpoint(&token, &rx.url(), json!({})).await;
+    let rx = receiver::start(Behavior::Fast, true).await.unwrap();
+    s.create_endpoint(&token, &rx.url(), json!({})).await;
     let body =
         serde_json::to_vec(&json!({ "event_type": "order.paid", "payload": { "n": 1 } })).unwrap();
     let calls = (0..20).map(|_| {
@@ -148,10 +214,10 @@ async fn twenty_concurrent_duplicates_create_one_message() {
 
 #[tokio::test]
 async fn replay_makes_a_dead_letter_deliverable_again() {
-    let s = Sluice::start(|raw| raw.retry_schedule = Some("100ms".into())).await;
+    let s = Sluice::start_with(|raw| raw.retry_schedule = Some("100ms".into())).await;
     let (_, token) = s.tenant("acme").await;
     // The first four requests fail: two messages die after two attempts each, then it recovers.
-    let rx = receivers::start(
+    let rx = receiver::start(
         Behavior::FailFirst {
             fail_first: 4,
             status: 500,
@@ -160,12 +226,12 @@ async fn replay_makes_a_dead_letter_deliverable_again() {
     )
     .await
     .unwrap();
-    let ep = s.endpoint(&token, &rx.url(), json!({})).await["id"]
+    let ep = s.create_endpoint(&token, &rx.url(), json!({})).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let first = s.message(&token, "order.paid", json!({ "n": 1 })).await;
-    let second = s.message(&token, "order.paid", json!({ "n": 2 })).await;
+    let first = s.send(&token, "order.paid", json!({ "n": 1 })).await;
+    let second = s.send(&token, "order.paid", json!({ "n": 2 })).await;
     for m in [&first, &second] {
         s.wait_for(&format!("/v1/messages/{m}/deliveries"), &token, |v| {
             states(v) == ["dead"]
@@ -180,7 +246,7 @@ async fn replay_makes_a_dead_letter_deliverable_again() {
             .await["data"],
         dead["data"]
     );
-    let one = dead["data"][0]["id"].as_i64().unwrap();
+    let one = dead["data"][0]["id"].as_str().unwrap().to_owned();
     let attempts = s
         .get_ok(&format!("/v1/deliveries/{one}/attempts"), &token)
         .await;

@@ -7,10 +7,10 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 use sluice::config::Role;
-use sluice::receivers::{self, Behavior};
 use sluice::stats::{format_duration, format_rate};
+use sluice_testkit::receiver::{self, Behavior};
 
-use super::{Sluice, states};
+use super::{ADMIN, Sluice, states};
 
 /// The sentence the status should carry for its own figures.
 fn expected_sentence(status: &Value) -> String {
@@ -28,13 +28,13 @@ fn expected_sentence(status: &Value) -> String {
 
 #[tokio::test]
 async fn the_status_sentence_matches_live_measurements_from_a_slow_receiver() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let (_, token) = s.tenant("acme").await;
-    let rx = receivers::start(Behavior::Slow(Duration::from_millis(300)), false)
+    let rx = receiver::start(Behavior::Slow(Duration::from_millis(300)), false)
         .await
         .unwrap();
     let ep = s
-        .endpoint(&token, &rx.url(), json!({ "lane_size": 2 }))
+        .create_endpoint(&token, &rx.url(), json!({ "lane_size": 2 }))
         .await["id"]
         .as_str()
         .unwrap()
@@ -51,7 +51,7 @@ async fn the_status_sentence_matches_live_measurements_from_a_slow_receiver() {
                 .starts_with("no response times")
     );
     for n in 0..6 {
-        s.message(&token, "order.paid", json!({ "n": n })).await;
+        s.send(&token, "order.paid", json!({ "n": n })).await;
     }
     s.wait_for(
         &format!("/v1/endpoints/{ep}/deliveries?state=delivered"),
@@ -107,23 +107,23 @@ async fn without_a_dispatcher_the_status_comes_from_the_attempts_in_the_store() 
             raw.role = Some(role);
         }
     };
-    let s = Sluice::start(with_url(Role::All)).await;
+    let s = Sluice::start_with(with_url(Role::All)).await;
     let (_, token) = s.tenant("acme").await;
-    let rx = receivers::start(Behavior::Slow(Duration::from_millis(300)), false)
+    let rx = receiver::start(Behavior::Slow(Duration::from_millis(300)), false)
         .await
         .unwrap();
-    let ep = s.endpoint(&token, &rx.url(), json!({})).await["id"]
+    let ep = s.create_endpoint(&token, &rx.url(), json!({})).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
     for n in 0..4 {
-        s.message(&token, "order.paid", json!({ "n": n })).await;
+        s.send(&token, "order.paid", json!({ "n": n })).await;
     }
     let path = format!("/v1/endpoints/{ep}/deliveries?state=delivered");
     s.wait_for(&path, &token, |v| v["data"].as_array().unwrap().len() == 4)
         .await;
     s.stop().await;
-    let api = Sluice::start(with_url(Role::Api)).await;
+    let api = Sluice::start_with(with_url(Role::Api)).await;
     let st = api
         .get_ok(&format!("/v1/endpoints/{ep}/status"), &token)
         .await;
@@ -140,16 +140,165 @@ async fn without_a_dispatcher_the_status_comes_from_the_attempts_in_the_store() 
     api.stop().await;
 }
 
+/// The status of an endpoint once `check` holds of it.
+async fn status_when(s: &Sluice, token: &str, ep: &str, check: impl Fn(&Value) -> bool) -> Value {
+    s.wait_for(&format!("/v1/endpoints/{ep}/status"), token, check)
+        .await
+}
+
+/// Real receivers in each state, through the API: the condition and the sentence tell them
+/// apart, a refusing endpoint is offered no capacity, and a lane change shows at once.
+#[tokio::test]
+async fn the_status_tells_each_state_apart_from_real_receivers() {
+    let s = Sluice::start_with(|raw| raw.retry_schedule = Some("100ms,100ms,100ms".into())).await;
+    let (_, token) = s.tenant("acme").await;
+    let id = |v: Value| v["id"].as_str().unwrap().to_owned();
+
+    // Refused: nothing listens on the port.
+    let nobody = format!("http://127.0.0.1:{}/hook", sluice_testkit::free_port());
+    let refused = id(s
+        .create_endpoint(&token, &nobody, json!({ "event_types": ["r"] }))
+        .await);
+    s.send(&token, "r", json!({})).await;
+    let st = status_when(&s, &token, &refused, |v| {
+        v["failures"]["refused"].as_u64() >= Some(2)
+    })
+    .await;
+    assert_eq!(st["condition"], "failing", "{st}");
+    let sentence = st["sentence"].as_str().unwrap();
+    assert!(
+        sentence.starts_with("failing: in the last") && sentence.contains("refused the connection"),
+        "{st}"
+    );
+    assert!(
+        !sentence.contains("you can receive") && st["sustainable_per_s"].is_null(),
+        "{st}"
+    );
+
+    // 5xx: a server that answers 500.
+    let broken = receiver::start(Behavior::Status(500), false).await.unwrap();
+    let failing = id(s
+        .create_endpoint(&token, &broken.url(), json!({ "event_types": ["f"] }))
+        .await);
+    s.send(&token, "f", json!({})).await;
+    let st = status_when(&s, &token, &failing, |v| {
+        v["failures"]["server_error"].as_u64() >= Some(2)
+    })
+    .await;
+    assert_eq!(st["condition"], "failing");
+    assert!(
+        st["sentence"].as_str().unwrap().contains("answered 5xx"),
+        "{st}"
+    );
+    // More of the same: the error breaker opens (half of 20 samples failed) and holds them.
+    for _ in 0..6 {
+        s.send(&token, "f", json!({})).await;
+    }
+    let st = status_when(&s, &token, &failing, |v| v["condition"] == "breaker_open").await;
+    assert_eq!(st["breaker_state"], "open");
+    assert!(
+        st["sentence"]
+            .as_str()
+            .unwrap()
+            .starts_with("the breaker is open"),
+        "{st}"
+    );
+
+    // 429 with Retry-After: paused as the endpoint asked.
+    let throttling = receiver::start(Behavior::Throttle { retry_after_s: 60 }, false)
+        .await
+        .unwrap();
+    let paused = id(s
+        .create_endpoint(&token, &throttling.url(), json!({ "event_types": ["p"] }))
+        .await);
+    s.send(&token, "p", json!({})).await;
+    let st = status_when(&s, &token, &paused, |v| v["paused"] == true).await;
+    assert_eq!(st["condition"], "paused", "{st}");
+    assert!(
+        st["sentence"]
+            .as_str()
+            .unwrap()
+            .starts_with("paused as the endpoint asked"),
+        "{st}"
+    );
+    assert!(
+        st["sentence"].as_str().unwrap().contains("answered 429"),
+        "{st}"
+    );
+
+    // Delivering, then a lane change, then disabled.
+    let fast = receiver::start(Behavior::Fast, false).await.unwrap();
+    let good = id(s
+        .create_endpoint(
+            &token,
+            &fast.url(),
+            json!({ "event_types": ["d"], "lane_size": 4 }),
+        )
+        .await);
+    s.send(&token, "d", json!({})).await;
+    let st = status_when(&s, &token, &good, |v| v["samples"].as_u64() >= Some(1)).await;
+    assert_eq!(st["condition"], "delivering", "{st}");
+    assert!(
+        st["sentence"]
+            .as_str()
+            .unwrap()
+            .contains("a lane of 4, you can receive"),
+        "{st}"
+    );
+    let r = s
+        .call(
+            Method::PATCH,
+            &format!("/v1/endpoints/{good}"),
+            Some(&token),
+            Some(json!({ "lane_size": 2 })),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let st = s
+        .get_ok(&format!("/v1/endpoints/{good}/status"), &token)
+        .await;
+    assert_eq!(
+        (st["lane_size"].clone(), st["effective_lane"].as_u64()),
+        (json!(2), Some(2)),
+        "{st}"
+    );
+    assert!(
+        st["sentence"].as_str().unwrap().contains("a lane of 2,"),
+        "the new lane at once: {st}"
+    );
+    let r = s
+        .call(
+            Method::POST,
+            &format!("/v1/endpoints/{good}/disable"),
+            Some(&token),
+            Some(json!({ "reason": "maintenance" })),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let st = s
+        .get_ok(&format!("/v1/endpoints/{good}/status"), &token)
+        .await;
+    assert_eq!(st["condition"], "disabled");
+    assert!(
+        st["sentence"]
+            .as_str()
+            .unwrap()
+            .starts_with("disabled (maintenance): nothing is delivered"),
+        "{st}"
+    );
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn sustained_shedding_sends_a_throttle_notice_with_lane_rate_and_remedy() {
-    let s = Sluice::start(|raw| {
+    let s = Sluice::start_with(|raw| {
         raw.lane_deadline = Some("50ms".into());
         raw.shed_min_delay = Some("200ms".into());
         raw.shed_max_delay = Some("400ms".into());
     })
     .await;
     let (_, token) = s.tenant("acme").await;
-    let ops = receivers::start(Behavior::Fast, true).await.unwrap();
+    let ops = receiver::start(Behavior::Fast, true).await.unwrap();
     let r = s
         .call(
             Method::PUT,
@@ -159,17 +308,17 @@ async fn sustained_shedding_sends_a_throttle_notice_with_lane_rate_and_remedy() 
         )
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
-    let slow = receivers::start(Behavior::Slow(Duration::from_millis(500)), false)
+    let slow = receiver::start(Behavior::Slow(Duration::from_millis(500)), false)
         .await
         .unwrap();
     let ep = s
-        .endpoint(&token, &slow.url(), json!({ "lane_size": 1 }))
+        .create_endpoint(&token, &slow.url(), json!({ "lane_size": 1 }))
         .await["id"]
         .as_str()
         .unwrap()
         .to_owned();
     for n in 0..8 {
-        s.message(&token, "order.paid", json!({ "n": n })).await;
+        s.send(&token, "order.paid", json!({ "n": n })).await;
     }
     let mut notice = None;
     for _ in 0..300 {
@@ -189,7 +338,10 @@ async fn sustained_shedding_sends_a_throttle_notice_with_lane_rate_and_remedy() 
     assert!(data["shed_share"].as_f64().unwrap() > 0.2, "{notice}");
     assert!(data["remedy"].as_str().unwrap().contains("2xx at once"));
     assert!(data["effective_lane"].is_u64() && data.get("effective_rate_per_s").is_some());
-    let text = s.call(Method::GET, "/metrics", None, None).await.text;
+    let text = s
+        .call(Method::GET, "/metrics", Some(ADMIN), None)
+        .await
+        .text;
     let shed = &parse_metrics(&text)["webhook_deliveries_shed_total"];
     let mine = shed
         .iter()
@@ -260,19 +412,19 @@ fn parse_metrics(text: &str) -> HashMap<String, Vec<(String, f64)>> {
 
 #[tokio::test]
 async fn metrics_parse_as_prometheus_text_and_carry_the_seed_names() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let (_, token) = s.tenant("acme").await;
-    let rx = receivers::start(Behavior::Fast, false).await.unwrap();
-    let ep = s.endpoint(&token, &rx.url(), json!({})).await["id"]
+    let rx = receiver::start(Behavior::Fast, false).await.unwrap();
+    let ep = s.create_endpoint(&token, &rx.url(), json!({})).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let msg = s.message(&token, "order.paid", json!({})).await;
+    let msg = s.send(&token, "order.paid", json!({})).await;
     s.wait_for(&format!("/v1/messages/{msg}/deliveries"), &token, |v| {
         states(v) == ["delivered"]
     })
     .await;
-    let r = s.call(Method::GET, "/metrics", None, None).await;
+    let r = s.call(Method::GET, "/metrics", Some(ADMIN), None).await;
     assert_eq!(r.status, 200);
     let m = parse_metrics(&r.text);
     let has = |name: &str, label: &str| {

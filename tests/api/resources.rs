@@ -2,7 +2,7 @@
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use sluice::receivers::{self, Behavior};
+use sluice_testkit::receiver::{self, Behavior};
 
 use super::{ADMIN, Sluice, assert_problem};
 
@@ -38,16 +38,19 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/deliveries/{id}"),
     ("get", "/v1/deliveries/{id}/attempts"),
     ("post", "/v1/deliveries/{id}/replay"),
+    ("post", "/v1/deliveries/{id}/resend"),
+    ("post", "/v1/endpoints/{id}/recover"),
     ("get", "/v1/dead-letters"),
     ("get", "/v1/scale"),
     ("put", "/v1/operational-webhook"),
     ("get", "/v1/operational-webhook"),
     ("delete", "/v1/operational-webhook"),
+    ("post", "/v1/portal-links"),
 ];
 
 #[tokio::test]
 async fn openapi_documents_every_route_and_every_documented_route_is_served() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let r = s.call(Method::GET, "/openapi.json", None, None).await;
     assert_eq!(r.status, 200);
     assert!(r.body["openapi"].as_str().unwrap().starts_with("3.1"));
@@ -84,7 +87,7 @@ async fn openapi_documents_every_route_and_every_documented_route_is_served() {
 
 #[tokio::test]
 async fn tenants_are_managed_by_the_operator_only() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let (id, token) = s.tenant("acme").await;
     let list = s.get_ok("/v1/tenants", ADMIN).await;
     assert!(
@@ -161,11 +164,11 @@ async fn tenants_are_managed_by_the_operator_only() {
 
 #[tokio::test]
 async fn endpoints_lifecycle_enable_disable_rotate_and_events() {
-    let s = Sluice::start(|raw| raw.rotation_overlap = Some("1h".into())).await;
+    let s = Sluice::start_with(|raw| raw.rotation_overlap = Some("1h".into())).await;
     let (_, token) = s.tenant("acme").await;
-    let rx = receivers::start(Behavior::Fast, false).await.unwrap();
+    let rx = receiver::start(Behavior::Fast, false).await.unwrap();
     let e = s
-        .endpoint(&token, &rx.url(), json!({ "event_types": ["order.paid"] }))
+        .create_endpoint(&token, &rx.url(), json!({ "event_types": ["order.paid"] }))
         .await;
     let id = e["id"].as_str().unwrap().to_owned();
     let first_secret = e["secret"].as_str().unwrap().to_owned();
@@ -226,7 +229,8 @@ async fn endpoints_lifecycle_enable_disable_rotate_and_events() {
     assert_eq!(r.status, 200, "{}", r.text);
     let second = r.body["secret"].as_str().unwrap();
     assert!(second.starts_with("whsec_") && second != first_secret);
-    let until = r.body["previous_secret_until_ms"].as_i64().unwrap();
+    let until = r.body["previous_secret_until"].as_str().unwrap();
+    let until = sluice::clock::parse_rfc3339(until).unwrap();
     assert!(
         (until - before - 3_600_000).abs() < 60_000,
         "overlap of 1 h: {until}"
@@ -272,21 +276,21 @@ async fn endpoints_lifecycle_enable_disable_rotate_and_events() {
 
 #[tokio::test]
 async fn tenant_b_cannot_read_change_replay_or_see_the_status_of_tenant_a() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let (_, a) = s.tenant("a").await;
     let (_, b) = s.tenant("b").await;
-    let rx = receivers::start(Behavior::Fast, false).await.unwrap();
-    let ep = s.endpoint(&a, &rx.url(), json!({})).await["id"]
+    let rx = receiver::start(Behavior::Fast, false).await.unwrap();
+    let ep = s.create_endpoint(&a, &rx.url(), json!({})).await["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let msg = s.message(&a, "order.paid", json!({ "n": 1 })).await;
+    let msg = s.send(&a, "order.paid", json!({ "n": 1 })).await;
     let page = s
         .wait_for(&format!("/v1/messages/{msg}/deliveries"), &a, |v| {
             super::states(v) == ["delivered"]
         })
         .await;
-    let delivery = page["data"][0]["id"].as_i64().unwrap();
+    let delivery = page["data"][0]["id"].as_str().unwrap().to_owned();
     let patch = Some(json!({ "description": "mine now" }));
     let attempts = [
         (Method::GET, format!("/v1/endpoints/{ep}"), None),
@@ -326,6 +330,17 @@ async fn tenant_b_cannot_read_change_replay_or_see_the_status_of_tenant_a() {
             format!("/v1/deliveries/{delivery}/replay"),
             None,
         ),
+        (
+            Method::POST,
+            format!("/v1/deliveries/{delivery}/resend"),
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/v1/endpoints/{ep}/recover"),
+            Some(json!({ "since": "2020-01-01T00:00:00Z" })),
+        ),
+        (Method::GET, format!("/v1/messages?endpoint_id={ep}"), None),
         (Method::DELETE, format!("/v1/endpoints/{ep}"), None),
     ];
     for (m, path, body) in attempts {
@@ -351,9 +366,9 @@ async fn tenant_b_cannot_read_change_replay_or_see_the_status_of_tenant_a() {
 
 #[tokio::test]
 async fn the_operational_webhook_is_notified_signed_through_the_delivery_machinery() {
-    let s = Sluice::start(|_| {}).await;
+    let s = Sluice::start_with(|_| {}).await;
     let (tenant, token) = s.tenant("acme").await;
-    let ops = receivers::start(Behavior::Fast, true).await.unwrap();
+    let ops = receiver::start(Behavior::Fast, true).await.unwrap();
     assert_problem(
         &s.call(Method::GET, "/v1/operational-webhook", Some(&token), None)
             .await,
@@ -386,9 +401,9 @@ async fn the_operational_webhook_is_notified_signed_through_the_delivery_machine
         "not a regular endpoint"
     );
     // A message never fans out to it.
-    s.message(&token, "order.paid", json!({})).await;
+    s.send(&token, "order.paid", json!({})).await;
 
-    let store = s.running().store.clone();
+    let store = s.running.store.clone();
     let payload = sluice::notify::dead_letter_payload("ep_x", "msg_x", 7, "http_500");
     sluice::notify::notify(&store, &tenant, "sluice.message.dead_lettered", payload).await;
     // A notice about the operational endpoint itself is dropped.
@@ -406,7 +421,11 @@ async fn the_operational_webhook_is_notified_signed_through_the_delivery_machine
     assert!(got[0].signature.starts_with("v1,"));
     let v: Value = serde_json::from_slice(&got[0].body).unwrap();
     assert_eq!(v["type"], "sluice.message.dead_lettered");
-    assert_eq!(v["data"]["delivery_id"], 7);
+    assert_eq!(v["data"]["delivery_id"], "dlv_7");
+    assert!(
+        sluice::clock::parse_rfc3339(v["timestamp"].as_str().unwrap()).is_ok(),
+        "{v}"
+    );
     let r = s
         .call(
             Method::DELETE,

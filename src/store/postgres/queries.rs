@@ -1,7 +1,7 @@
 //! The PostgreSQL driver's statements, each run on a pooled client or inside the caller's
 //! transaction. Batches travel as arrays (`unnest`) so one round trip serves many rows.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -12,36 +12,89 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms";
+    created_at_ms, updated_at_ms, headers";
 
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
 
-/// Fair claim: walk enabled endpoints in id order from the cursor, keep those with due work,
-/// take up to k of each through the ready index, lock with SKIP LOCKED, lease, return bodies.
-const CLAIM: &str = "WITH eps AS ( \
-        SELECT e.id FROM endpoints e \
-        WHERE e.enabled AND ((NOT $9 AND e.id > $1) OR ($9 AND e.id <= $1)) \
-          AND NOT (e.id = ANY($3)) \
-          AND EXISTS (SELECT 1 FROM deliveries d WHERE d.endpoint_id = e.id AND d.state = 0 \
-                      AND d.visible_at_ms <= $2) \
-        ORDER BY e.id LIMIT $4 \
+/// Fair claim in one statement, committed on its own: the due endpoints longest due (ties by
+/// id), each locked against other claimers (SKIP LOCKED); up to its room of due deliveries from
+/// each through the ready index, leased. An endpoint that gave all its room may have more: when
+/// there may also be more due endpoints than one claim looks at, it goes behind the others
+/// (round robin; with fewer, every claim looks at all of them and nothing needs writing).
+/// Returns the leased deliveries, then (`id` NULL) the endpoints that gave less: their rows are
+/// moved to their next work or dropped by [`MOVE_DUE`], in a transaction of its own.
+///
+/// Counting each endpoint's picks is one grouped join (not a scan of the picks per endpoint),
+/// so a claim's cost follows its batch, not the batch squared. Every table is reached through
+/// its key (a scalar subquery, `= ANY(ARRAY(…))`, a `LATERAL … LIMIT 1`), never a join the
+/// planner might turn into a scan of the whole table when its statistics are young.
+const CLAIM: &str = "WITH due AS ( \
+        SELECT q.endpoint_id, GREATEST(1, LEAST($4, COALESCE((SELECT r.n \
+            FROM unnest($7::text[], $8::bigint[]) AS r(id, n) WHERE r.id = q.endpoint_id), $4))) \
+            AS room \
+        FROM due_endpoints q \
+        WHERE q.due_ms <= $1 AND NOT (q.endpoint_id = ANY($2)) \
+          AND (SELECT e.enabled FROM endpoints e WHERE e.id = q.endpoint_id) \
+        ORDER BY q.due_ms, q.endpoint_id LIMIT $3 \
+        FOR NO KEY UPDATE OF q SKIP LOCKED \
     ), picked AS ( \
-        SELECT c.id FROM eps CROSS JOIN LATERAL ( \
+        SELECT c.id, due.endpoint_id FROM due CROSS JOIN LATERAL ( \
             SELECT d.id FROM deliveries d \
-            WHERE d.endpoint_id = eps.id AND d.state = 0 AND d.visible_at_ms <= $2 \
-            ORDER BY d.visible_at_ms \
-            LIMIT GREATEST(1, LEAST($5, COALESCE((SELECT r.n FROM unnest($10::text[], $11::bigint[]) \
-                AS r(id, n) WHERE r.id = eps.id), $5))) \
+            WHERE d.endpoint_id = due.endpoint_id AND d.state = 0 AND d.visible_at_ms <= $1 \
+            ORDER BY d.visible_at_ms LIMIT due.room \
             FOR UPDATE SKIP LOCKED) c \
-        LIMIT $4 \
+        LIMIT $3 \
+    ), leased AS ( \
+        UPDATE deliveries d SET state = 1, lease_until_ms = $5, lease_token = $6, updated_at_ms = $1 \
+        WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) \
+        RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempts, d.visible_at_ms \
+    ), taken AS ( \
+        SELECT due.endpoint_id, due.room, count(p.id) AS n \
+        FROM due LEFT JOIN picked p ON p.endpoint_id = due.endpoint_id \
+        GROUP BY due.endpoint_id, due.room \
+    ), rotated AS ( \
+        UPDATE due_endpoints q SET due_ms = $1 FROM taken t \
+        WHERE q.endpoint_id = t.endpoint_id AND t.n >= t.room \
+          AND (SELECT count(*) FROM due) >= $3 \
     ) \
-    UPDATE deliveries d SET state = 1, lease_until_ms = $6, lease_token = $7, updated_at_ms = $2 \
-    FROM picked, messages m \
-    WHERE d.id = picked.id AND m.id = d.message_id \
-    RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempts, d.visible_at_ms, \
-              m.event_type, m.payload, m.created_at_ms, $8::bigint";
+    SELECT l.id, l.message_id, l.endpoint_id, l.tenant_id, l.attempts, l.visible_at_ms, \
+           m.event_type, m.payload, m.created_at_ms \
+    FROM leased l CROSS JOIN LATERAL (SELECT event_type, payload, created_at_ms FROM messages \
+        WHERE id = l.message_id LIMIT 1) m \
+    UNION ALL \
+    SELECT NULL, NULL, endpoint_id, NULL, NULL, NULL, NULL, NULL, NULL FROM taken WHERE n < room";
 
+/// Moving an endpoint later or dropping it is only safe while no writer is adding a delivery
+/// for it: writers hold their endpoints' buckets shared until commit (see migration 3), so take
+/// each bucket exclusively, without waiting; the endpoints of buckets taken can be moved.
+/// It also turns off the wait for this transaction's WAL flush (see [`move_due`]), saving a
+/// round trip for a `SET LOCAL`.
+const LOCK_TO_MOVE: &str = "SELECT id, pg_try_advisory_xact_lock(1397, hashtext(id) & 63), \
+    set_config('synchronous_commit', 'off', true) FROM unnest($1::text[]) AS id";
+
+/// Runs after [`LOCK_TO_MOVE`], so it sees every delivery committed before the lock: `$1` (the
+/// endpoints of buckets taken) move to their next work (no earlier than now: behind the others)
+/// or go; `$2` (the others) stay due, behind the rest (round robin), for a later claim to look
+/// at again.
+const MOVE_DUE: &str = "WITH n AS ( \
+        SELECT v.id, (SELECT min(d.visible_at_ms) FROM deliveries d \
+            WHERE d.endpoint_id = v.id AND d.state = 0) AS next \
+        FROM unnest($1::text[]) AS v(id) \
+    ), gone AS ( \
+        DELETE FROM due_endpoints q USING n WHERE q.endpoint_id = n.id AND n.next IS NULL \
+    ), kept AS ( \
+        UPDATE due_endpoints SET due_ms = GREATEST(due_ms, $3) WHERE endpoint_id = ANY($2) \
+    ) \
+    UPDATE due_endpoints q SET due_ms = GREATEST(n.next, $3) FROM n \
+    WHERE q.endpoint_id = n.id AND n.next IS NOT NULL";
+
+/// Apply a batch of outcomes in one statement (so a refused batch changes nothing). A settle
+/// ends its lease normally, so it also ends any run of lease expiries (`expiries = 0`). A lease
+/// token is set only while a delivery is leased (every way out of the lease clears it), so the
+/// token alone fences; rows are found by primary key (`id = ANY($1)`), whatever the statistics.
+/// Rows made ready again (retries, sheds, releases) mark their endpoints due in the same
+/// statement (`due`, one row whatever it marks, so it always runs).
 const SETTLE: &str = "WITH v AS ( \
         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], \
                              $5::bigint[], $6::bool[], $7::bigint[], $8::text[]) \
@@ -49,54 +102,75 @@ const SETTLE: &str = "WITH v AS ( \
     ), upd AS ( \
         UPDATE deliveries d SET state = v.state, \
             visible_at_ms = COALESCE(v.visible, d.visible_at_ms), \
-            attempts = d.attempts + v.inc, lease_until_ms = NULL, lease_token = NULL, \
+            attempts = d.attempts + v.inc, lease_until_ms = NULL, lease_token = NULL, expiries = 0, \
             last_status = CASE WHEN v.touch THEN v.status ELSE d.last_status END, \
             last_error = CASE WHEN v.touch THEN v.error ELSE d.last_error END, \
             updated_at_ms = $9 \
-        FROM v WHERE d.id = v.id AND d.lease_token = v.token AND d.state = 1 \
-        RETURNING d.id \
+        FROM v WHERE d.id = ANY($1) AND d.id = v.id AND d.lease_token = v.token \
+        RETURNING d.id, d.endpoint_id, d.state, d.visible_at_ms \
     ), ins AS ( \
         INSERT INTO attempts (delivery_id, started_at_ms, duration_ms, status, error_kind, response) \
         SELECT a.id, a.started, a.duration, a.status, a.kind, a.response \
         FROM unnest($10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::text[], \
                     $15::text[]) AS a(id, started, duration, status, kind, response) \
         JOIN upd ON upd.id = a.id \
-    ) SELECT id FROM upd";
+    ), due AS ( \
+        SELECT sluice_mark_endpoints_due(array_agg(endpoint_id), array_agg(visible_at_ms)) \
+        FROM upd WHERE state = 0 \
+    ) SELECT upd.id FROM upd, due";
 
-const INSERT_MESSAGES: &str = "INSERT INTO messages \
-        (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
-    SELECT id, tenant_id, event_type, payload, key, $6 \
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
-        AS m(id, tenant_id, event_type, payload, key) \
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
-    RETURNING id";
+/// An enqueue batch in one statement, committed on its own: the messages (a repeated
+/// idempotency key keeps the original and inserts nothing), then one delivery per (new message,
+/// subscribed enabled endpoint) through the fan-out index (one row per message and candidate
+/// pattern in; no endpoint has two patterns matching one type, see [`subscriptions::patterns`],
+/// so nothing is de-duplicated), and one per message addressed to a single endpoint. Returns
+/// each new message's id (endpoint NULL), then each delivery's message and endpoint.
+const ENQUEUE: &str = "WITH m AS ( \
+        INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
+        SELECT id, tenant_id, event_type, payload, key, $6 \
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
+            AS m(id, tenant_id, event_type, payload, key) \
+        ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
+        RETURNING id \
+    ), routed AS ( \
+        INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, attempts, \
+            visible_at_ms, created_at_ms, updated_at_ms) \
+        SELECT c.id, s.endpoint_id, c.tenant_id, 0, 0, $6, $6, $6 \
+        FROM unnest($7::text[], $8::text[], $9::text[]) AS c(id, tenant_id, pattern) \
+        JOIN m ON m.id = c.id \
+        JOIN subscriptions s ON s.tenant_id = c.tenant_id AND s.pattern = c.pattern \
+        JOIN endpoints e ON e.id = s.endpoint_id AND e.enabled AND NOT e.operational \
+        RETURNING message_id, endpoint_id \
+    ), direct AS ( \
+        INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, attempts, \
+            visible_at_ms, created_at_ms, updated_at_ms) \
+        SELECT x.id, x.endpoint_id, x.tenant_id, 0, 0, $6, $6, $6 \
+        FROM unnest($10::text[], $11::text[], $12::text[]) AS x(id, endpoint_id, tenant_id) \
+        JOIN m ON m.id = x.id \
+        RETURNING message_id, endpoint_id \
+    ) \
+    SELECT id, NULL FROM m \
+    UNION ALL SELECT message_id, endpoint_id FROM routed \
+    UNION ALL SELECT message_id, endpoint_id FROM direct";
 
-const FIND_KEYS: &str = "SELECT m.id, m.tenant_id, m.idempotency_key FROM messages m \
-    JOIN unnest($1::text[], $2::text[]) AS k(tenant_id, key) \
+/// The originals of repeated idempotency keys, by the id the repeat was given, and whether each
+/// repeat asks for the same thing (event type and payload byte for byte).
+const FIND_KEYS: &str = "SELECT k.repeat, m.id, \
+        m.event_type = k.event_type AND m.payload = k.payload FROM messages m \
+    JOIN unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
+        AS k(repeat, tenant_id, key, event_type, payload) \
       ON m.tenant_id = k.tenant_id AND m.idempotency_key = k.key";
 
-const FAN_OUT: &str = "INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, \
-        attempts, visible_at_ms, created_at_ms, updated_at_ms) \
-    SELECT m.id, e.id, m.tenant_id, 0, 0, $4, $4, $4 \
-    FROM unnest($1::text[], $2::text[], $3::text[]) AS m(id, tenant_id, event_type) \
-    JOIN endpoints e ON e.tenant_id = m.tenant_id AND e.enabled AND NOT e.operational \
-      AND (e.event_types = '[]' OR e.event_types::jsonb ? m.event_type) \
-    RETURNING message_id";
-
-const FAN_OUT_ONLY: &str = "INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, \
-        attempts, visible_at_ms, created_at_ms, updated_at_ms) \
-    SELECT id, endpoint_id, tenant_id, 0, 0, $4, $4, $4 \
-    FROM unnest($1::text[], $2::text[], $3::text[]) AS m(id, endpoint_id, tenant_id) \
-    RETURNING message_id";
-
-pub async fn notify(c: &impl GenericClient) -> StoreResult<()> {
-    c.execute(&format!("NOTIFY {WORK_CHANNEL}"), &[])
+/// Announce new work to every listening process; the payload names this one, whose own
+/// listener ignores it (it was woken directly).
+pub(super) async fn notify(c: &impl GenericClient, instance: &str) -> StoreResult<()> {
+    c.execute("SELECT pg_notify($1, $2)", &[&WORK_CHANNEL, &instance])
         .await
         .map_err(pg)?;
     Ok(())
 }
 
-pub async fn setting(c: &impl GenericClient, key: &str) -> StoreResult<Option<String>> {
+pub(super) async fn setting(c: &impl GenericClient, key: &str) -> StoreResult<Option<String>> {
     let row = c
         .query_opt("SELECT value FROM settings WHERE key = $1", &[&key])
         .await
@@ -104,7 +178,7 @@ pub async fn setting(c: &impl GenericClient, key: &str) -> StoreResult<Option<St
     Ok(row.map(|r| r.get(0)))
 }
 
-pub async fn set_setting(c: &impl GenericClient, key: &str, value: &str) -> StoreResult<()> {
+pub(super) async fn set_setting(c: &impl GenericClient, key: &str, value: &str) -> StoreResult<()> {
     c.execute(
         "INSERT INTO settings (key, value) VALUES ($1, $2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -112,6 +186,62 @@ pub async fn set_setting(c: &impl GenericClient, key: &str, value: &str) -> Stor
     )
     .await
     .map_err(pg)?;
+    Ok(())
+}
+
+pub(super) async fn delete_setting(c: &impl GenericClient, key: &str) -> StoreResult<bool> {
+    let n = c
+        .execute("DELETE FROM settings WHERE key = $1", &[&key])
+        .await
+        .map_err(pg)?;
+    Ok(n > 0)
+}
+
+pub(super) async fn delete_settings_between(
+    c: &impl GenericClient,
+    from: &str,
+    to: &str,
+) -> StoreResult<u64> {
+    // COLLATE "C": bytewise, as on SQLite, whatever the database's locale.
+    c.execute(
+        "DELETE FROM settings WHERE key COLLATE \"C\" >= $1 AND key COLLATE \"C\" < $2",
+        &[&from, &to],
+    )
+    .await
+    .map_err(pg)
+}
+
+/// Insert `value` under `key` unless one is there, then read back whichever is stored. Two
+/// statements on purpose: a single statement's snapshot would not see a row that a concurrent
+/// insert committed while this one waited on it.
+pub(super) async fn init_setting(
+    c: &impl GenericClient,
+    key: &str,
+    value: &str,
+) -> StoreResult<String> {
+    c.execute(
+        "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+        &[&key, &value],
+    )
+    .await
+    .map_err(pg)?;
+    let row = c
+        .query_one("SELECT value FROM settings WHERE key = $1", &[&key])
+        .await
+        .map_err(pg)?;
+    Ok(row.get(0))
+}
+
+/// The write probe's room check: about `PROBE_ROOM_BYTES` of incompressible text (md5 hex), so
+/// TOAST has to store it rather than compress it away. The caller rolls it back.
+const PROBE_ROOM: &str = "INSERT INTO settings (key, value) \
+    SELECT 'write_probe_room', string_agg(md5(random()::text || g::text), '') \
+    FROM generate_series(1, $1::int) AS g";
+
+/// Write (in the caller's transaction, to be rolled back) a row of `PROBE_ROOM_BYTES`.
+pub(super) async fn probe_room(c: &impl GenericClient) -> StoreResult<()> {
+    let md5s = (PROBE_ROOM_BYTES / 32) as i32;
+    c.execute(PROBE_ROOM, &[&md5s]).await.map_err(pg)?;
     Ok(())
 }
 
@@ -124,7 +254,7 @@ fn tenant_row(r: &Row) -> Tenant {
     }
 }
 
-pub async fn create_tenant(c: &impl GenericClient, t: &Tenant) -> StoreResult<()> {
+pub(super) async fn create_tenant(c: &impl GenericClient, t: &Tenant) -> StoreResult<()> {
     c.execute(
         "INSERT INTO tenants (id, name, token_hash, created_at_ms) VALUES ($1, $2, $3, $4)",
         &[&t.id, &t.name, &t.token_hash, &t.created_at_ms],
@@ -134,7 +264,7 @@ pub async fn create_tenant(c: &impl GenericClient, t: &Tenant) -> StoreResult<()
     Ok(())
 }
 
-pub async fn tenant(c: &impl GenericClient, id: &str) -> StoreResult<Tenant> {
+pub(super) async fn tenant(c: &impl GenericClient, id: &str) -> StoreResult<Tenant> {
     let stmt = c
         .prepare_cached("SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id = $1")
         .await
@@ -146,7 +276,10 @@ pub async fn tenant(c: &impl GenericClient, id: &str) -> StoreResult<Tenant> {
         .ok_or(StoreError::NotFound("tenant"))
 }
 
-pub async fn tenant_by_token(c: &impl GenericClient, hash: &str) -> StoreResult<Option<Tenant>> {
+pub(super) async fn tenant_by_token(
+    c: &impl GenericClient,
+    hash: &str,
+) -> StoreResult<Option<Tenant>> {
     let stmt = c
         .prepare_cached(
             "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE token_hash = $1",
@@ -157,7 +290,7 @@ pub async fn tenant_by_token(c: &impl GenericClient, hash: &str) -> StoreResult<
     Ok(row.map(|r| tenant_row(&r)))
 }
 
-pub async fn list_tenants(
+pub(super) async fn list_tenants(
     c: &impl GenericClient,
     after: &str,
     limit: u32,
@@ -173,7 +306,11 @@ pub async fn list_tenants(
     Ok(rows.iter().map(tenant_row).collect())
 }
 
-pub async fn set_tenant_token(c: &impl GenericClient, id: &str, hash: &str) -> StoreResult<()> {
+pub(super) async fn set_tenant_token(
+    c: &impl GenericClient,
+    id: &str,
+    hash: &str,
+) -> StoreResult<()> {
     let n = c
         .execute(
             "UPDATE tenants SET token_hash = $2 WHERE id = $1",
@@ -187,12 +324,13 @@ pub async fn set_tenant_token(c: &impl GenericClient, id: &str, hash: &str) -> S
     Ok(())
 }
 
-pub async fn delete_tenant(c: &impl GenericClient, id: &str) -> StoreResult<()> {
+pub(super) async fn delete_tenant(c: &impl GenericClient, id: &str) -> StoreResult<()> {
     for sql in [
         "DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE tenant_id = $1)",
         "DELETE FROM deliveries WHERE tenant_id = $1",
         "DELETE FROM messages WHERE tenant_id = $1",
         "DELETE FROM endpoint_events WHERE tenant_id = $1",
+        "DELETE FROM due_endpoints WHERE endpoint_id IN (SELECT id FROM endpoints WHERE tenant_id = $1)",
         "DELETE FROM endpoints WHERE tenant_id = $1",
     ] {
         c.execute(sql, &[&id]).await.map_err(pg)?;
@@ -233,6 +371,7 @@ fn endpoint_row(r: &Row) -> Endpoint {
         failing_since_ms: r.get(16),
         created_at_ms: r.get(17),
         updated_at_ms: r.get(18),
+        headers: serde_json::from_str(r.get::<_, &str>(19)).unwrap_or_default(),
     }
 }
 
@@ -240,15 +379,20 @@ fn types_json(e: &Endpoint) -> String {
     serde_json::to_string(&e.event_types).unwrap_or_else(|_| "[]".into())
 }
 
+fn headers_json(e: &Endpoint) -> String {
+    serde_json::to_string(&e.headers).unwrap_or_else(|_| "{}".into())
+}
+
 fn big(v: Option<u32>) -> Option<i64> {
     v.map(i64::from)
 }
 
-pub async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> StoreResult<()> {
+pub(super) async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> StoreResult<()> {
     c.execute(
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
+             $20)"
         ),
         &[
             &e.id,
@@ -270,14 +414,36 @@ pub async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> StoreResul
             &e.failing_since_ms,
             &e.created_at_ms,
             &e.updated_at_ms,
+            &headers_json(e),
         ],
+    )
+    .await
+    .map_err(pg)?;
+    subscribe(c, e).await
+}
+
+/// Write the endpoint's rows of the fan-out index (see [`crate::store::subscriptions`]).
+async fn subscribe(c: &impl GenericClient, e: &Endpoint) -> StoreResult<()> {
+    let patterns = if e.operational {
+        Vec::new()
+    } else {
+        subscriptions::patterns(&e.event_types)
+    };
+    // Two statements: within one, an INSERT still sees the rows a DELETE beside it removes.
+    c.execute("DELETE FROM subscriptions WHERE endpoint_id = $1", &[&e.id])
+        .await
+        .map_err(pg)?;
+    c.execute(
+        "INSERT INTO subscriptions (tenant_id, pattern, endpoint_id) \
+         SELECT $2, p, $1 FROM unnest($3::text[]) AS p",
+        &[&e.id, &e.tenant_id, &patterns],
     )
     .await
     .map_err(pg)?;
     Ok(())
 }
 
-pub async fn endpoint(
+pub(super) async fn endpoint(
     c: &impl GenericClient,
     tenant: Option<&str>,
     id: &str,
@@ -301,7 +467,7 @@ pub async fn endpoint(
     }
 }
 
-pub async fn list_endpoints(
+pub(super) async fn list_endpoints(
     c: &impl GenericClient,
     tenant: &str,
     after: &str,
@@ -320,14 +486,14 @@ pub async fn list_endpoints(
     Ok(rows.iter().map(endpoint_row).collect())
 }
 
-pub async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> StoreResult<()> {
+pub(super) async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> StoreResult<()> {
     let n = c
         .execute(
             "UPDATE endpoints SET url = $3, description = $4, event_types = $5, secret = $6, \
              previous_secret = $7, previous_secret_until_ms = $8, enabled = $9, \
              disabled_reason = $10, lane_size = $11, latency_ceiling_ms = $12, \
              connect_timeout_ms = $13, read_timeout_ms = $14, total_timeout_ms = $15, \
-             updated_at_ms = $16 WHERE id = $1 AND tenant_id = $2",
+             updated_at_ms = $16, headers = $17 WHERE id = $1 AND tenant_id = $2",
             &[
                 &e.id,
                 &e.tenant_id,
@@ -345,6 +511,7 @@ pub async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> StoreResul
                 &big(e.read_timeout_ms),
                 &big(e.total_timeout_ms),
                 &e.updated_at_ms,
+                &headers_json(e),
             ],
         )
         .await
@@ -352,10 +519,15 @@ pub async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> StoreResul
     if n == 0 {
         return Err(StoreError::NotFound("endpoint"));
     }
-    Ok(())
+    refresh_due(c, &e.id, e.enabled).await?;
+    subscribe(c, e).await
 }
 
-pub async fn delete_endpoint(c: &impl GenericClient, tenant: &str, id: &str) -> StoreResult<()> {
+pub(super) async fn delete_endpoint(
+    c: &impl GenericClient,
+    tenant: &str,
+    id: &str,
+) -> StoreResult<()> {
     let n = c
         .execute(
             "DELETE FROM endpoints WHERE id = $1 AND tenant_id = $2",
@@ -378,10 +550,13 @@ pub async fn delete_endpoint(c: &impl GenericClient, tenant: &str, id: &str) -> 
     c.execute("DELETE FROM endpoint_events WHERE endpoint_id = $1", &[&id])
         .await
         .map_err(pg)?;
+    c.execute("DELETE FROM due_endpoints WHERE endpoint_id = $1", &[&id])
+        .await
+        .map_err(pg)?;
     Ok(())
 }
 
-pub async fn set_endpoint_enabled(
+pub(super) async fn set_endpoint_enabled(
     c: &impl GenericClient,
     id: &str,
     enabled: bool,
@@ -400,10 +575,26 @@ pub async fn set_endpoint_enabled(
     if n == 0 {
         return Err(StoreError::NotFound("endpoint"));
     }
+    refresh_due(c, id, enabled).await
+}
+
+/// A disabled endpoint leaves the due table (claims would only skip it); an enabled one is due
+/// again from its earliest ready delivery.
+async fn refresh_due(c: &impl GenericClient, id: &str, enabled: bool) -> StoreResult<()> {
+    let sql = if enabled {
+        "INSERT INTO due_endpoints (endpoint_id, due_ms) \
+         SELECT $1, min(visible_at_ms) FROM deliveries WHERE endpoint_id = $1 AND state = 0 \
+         GROUP BY endpoint_id \
+         ON CONFLICT (endpoint_id) DO UPDATE SET due_ms = excluded.due_ms \
+             WHERE due_endpoints.due_ms > excluded.due_ms"
+    } else {
+        "DELETE FROM due_endpoints WHERE endpoint_id = $1"
+    };
+    c.execute(sql, &[&id]).await.map_err(pg)?;
     Ok(())
 }
 
-pub async fn set_endpoint_failing(
+pub(super) async fn set_endpoint_failing(
     c: &impl GenericClient,
     id: &str,
     since_ms: Option<i64>,
@@ -417,11 +608,13 @@ pub async fn set_endpoint_failing(
     Ok(())
 }
 
-pub async fn enqueue(
+/// Enqueue a batch in one statement (see [`ENQUEUE`]); a message whose key was already used
+/// then resolves to the original, read after the commit. Also returns the endpoints given work.
+pub(super) async fn enqueue(
     c: &impl GenericClient,
     messages: &[NewMessage],
     now_ms: i64,
-) -> StoreResult<Vec<Enqueued>> {
+) -> StoreResult<(Vec<Enqueued>, HashSet<String>)> {
     let ids: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
     let tenants: Vec<&str> = messages.iter().map(|m| m.tenant_id.as_str()).collect();
     let types: Vec<&str> = messages.iter().map(|m| m.event_type.as_str()).collect();
@@ -430,98 +623,106 @@ pub async fn enqueue(
         .iter()
         .map(|m| m.idempotency_key.as_deref())
         .collect();
-    let stmt = c.prepare_cached(INSERT_MESSAGES).await.map_err(pg)?;
-    let inserted: std::collections::HashSet<String> = c
-        .query(&stmt, &[&ids, &tenants, &types, &payloads, &keys, &now_ms])
+    // Routed messages: one row per candidate pattern; direct ones: their one endpoint.
+    let (mut r_ids, mut r_tenants, mut r_patterns) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut d_ids, mut d_targets, mut d_tenants) = (Vec::new(), Vec::new(), Vec::new());
+    for m in messages {
+        match &m.only_endpoint {
+            Some(target) => {
+                d_ids.push(m.id.as_str());
+                d_targets.push(target.as_str());
+                d_tenants.push(m.tenant_id.as_str());
+            }
+            None => {
+                for pattern in subscriptions::candidates(&m.event_type) {
+                    r_ids.push(m.id.as_str());
+                    r_tenants.push(m.tenant_id.as_str());
+                    r_patterns.push(pattern);
+                }
+            }
+        }
+    }
+    let stmt = c.prepare_cached(ENQUEUE).await.map_err(pg)?;
+    let rows = c
+        .query(
+            &stmt,
+            &[
+                &ids,
+                &tenants,
+                &types,
+                &payloads,
+                &keys,
+                &now_ms,
+                &r_ids,
+                &r_tenants,
+                &r_patterns,
+                &d_ids,
+                &d_targets,
+                &d_tenants,
+            ],
+        )
         .await
-        .map_err(pg)?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .map_err(pg)?;
+    let mut inserted: HashSet<String> = HashSet::new();
+    let mut given_work: HashSet<String> = HashSet::new();
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for r in &rows {
+        let id: String = r.get(0);
+        match r.get::<_, Option<String>>(1) {
+            Some(endpoint) => {
+                *counts.entry(id).or_default() += 1;
+                given_work.insert(endpoint);
+            }
+            None => {
+                inserted.insert(id);
+            }
+        }
+    }
 
     // Messages whose key was already taken resolve to the original id.
-    let (dup_tenants, dup_keys): (Vec<&str>, Vec<&str>) = messages
+    let repeats: Vec<&NewMessage> = messages
         .iter()
-        .filter(|m| !inserted.contains(&m.id))
-        .filter_map(|m| Some((m.tenant_id.as_str(), m.idempotency_key.as_deref()?)))
-        .unzip();
-    let mut originals: HashMap<(String, String), String> = HashMap::new();
-    if !dup_keys.is_empty() {
-        let stmt = c.prepare_cached(FIND_KEYS).await.map_err(pg)?;
-        for r in c
-            .query(&stmt, &[&dup_tenants, &dup_keys])
-            .await
-            .map_err(pg)?
-        {
-            originals.insert((r.get(1), r.get(2)), r.get(0));
-        }
-    }
-
-    // Fan out the new ones: filters are matched in SQL, operational targets go direct.
-    let fresh: Vec<&NewMessage> = messages
-        .iter()
-        .filter(|m| inserted.contains(&m.id))
+        .filter(|m| !inserted.contains(&m.id) && m.idempotency_key.is_some())
         .collect();
-    let mut counts: HashMap<String, u32> = HashMap::new();
-    let (routed, direct): (Vec<&NewMessage>, Vec<&NewMessage>) =
-        fresh.iter().partition(|m| m.only_endpoint.is_none());
-    if !routed.is_empty() {
-        let ids: Vec<&str> = routed.iter().map(|m| m.id.as_str()).collect();
-        let tenants: Vec<&str> = routed.iter().map(|m| m.tenant_id.as_str()).collect();
-        let types: Vec<&str> = routed.iter().map(|m| m.event_type.as_str()).collect();
-        let stmt = c.prepare_cached(FAN_OUT).await.map_err(pg)?;
-        for r in c
-            .query(&stmt, &[&ids, &tenants, &types, &now_ms])
-            .await
-            .map_err(pg)?
-        {
-            *counts.entry(r.get(0)).or_default() += 1;
-        }
-    }
-    if !direct.is_empty() {
-        let ids: Vec<&str> = direct.iter().map(|m| m.id.as_str()).collect();
-        let targets: Vec<&str> = direct
-            .iter()
-            .filter_map(|m| m.only_endpoint.as_deref())
-            .collect();
-        let tenants: Vec<&str> = direct.iter().map(|m| m.tenant_id.as_str()).collect();
-        let stmt = c.prepare_cached(FAN_OUT_ONLY).await.map_err(pg)?;
-        for r in c
-            .query(&stmt, &[&ids, &targets, &tenants, &now_ms])
-            .await
-            .map_err(pg)?
-        {
-            *counts.entry(r.get(0)).or_default() += 1;
+    // Keyed by the repeating message's own id: two repeats of one key in a batch may differ.
+    let mut originals: HashMap<String, (String, bool)> = HashMap::new();
+    if !repeats.is_empty() {
+        let column = |f: fn(&NewMessage) -> &str| repeats.iter().map(|m| f(m)).collect::<Vec<_>>();
+        let stmt = c.prepare_cached(FIND_KEYS).await.map_err(pg)?;
+        let params = [
+            column(|m| &m.id),
+            column(|m| &m.tenant_id),
+            column(|m| m.idempotency_key.as_deref().unwrap_or_default()),
+            column(|m| &m.event_type),
+            column(|m| &m.payload),
+        ];
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            params.iter().map(|p| p as _).collect();
+        for r in c.query(&stmt, &params).await.map_err(pg)? {
+            originals.insert(r.get(0), (r.get(1), r.get(2)));
         }
     }
 
     let mut out = Vec::with_capacity(messages.len());
     for m in messages {
         if inserted.contains(&m.id) {
-            out.push(Enqueued {
-                id: m.id.clone(),
-                duplicate: false,
-                deliveries: counts.get(&m.id).copied().unwrap_or(0),
-            });
+            let deliveries = counts.get(&m.id).copied().unwrap_or(0);
+            out.push(Enqueued::created(m.id.clone(), deliveries));
         } else {
-            let key = (
-                m.tenant_id.clone(),
-                m.idempotency_key.clone().unwrap_or_default(),
-            );
-            let id = originals.get(&key).cloned().ok_or_else(|| {
+            let (id, same) = originals.get(&m.id).cloned().ok_or_else(|| {
                 StoreError::Conflict(format!("message id {} already exists", m.id))
             })?;
-            out.push(Enqueued {
-                id,
-                duplicate: true,
-                deliveries: 0,
-            });
+            out.push(Enqueued::repeat(id, same));
         }
     }
-    Ok(out)
+    Ok((out, given_work))
 }
 
-pub async fn message(c: &impl GenericClient, tenant: &str, id: &str) -> StoreResult<MessageView> {
+pub(super) async fn message(
+    c: &impl GenericClient,
+    tenant: &str,
+    id: &str,
+) -> StoreResult<MessageView> {
     let row = c
         .query_opt(
             "SELECT id, event_type, payload, created_at_ms FROM messages \
@@ -550,20 +751,25 @@ pub async fn message(c: &impl GenericClient, tenant: &str, id: &str) -> StoreRes
     })
 }
 
-pub async fn list_messages(
+pub(super) async fn list_messages(
     c: &impl GenericClient,
-    tenant: &str,
-    before: Option<&str>,
-    limit: u32,
+    f: &MessageFilter,
 ) -> StoreResult<Vec<MessageSummary>> {
-    let rows = c
-        .query(
-            "SELECT id, event_type, created_at_ms FROM messages WHERE tenant_id = $1 \
-             AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
-            &[&tenant, &before, &i64::from(limit)],
-        )
-        .await
-        .map_err(pg)?;
+    let (sql, params) = f.statement(|n| format!("${n}"));
+    let values: Vec<Box<dyn tokio_postgres::types::ToSql + Sync + Send>> = params
+        .into_iter()
+        .map(|p| -> Box<dyn tokio_postgres::types::ToSql + Sync + Send> {
+            match p {
+                message_log::Param::Text(t) => Box::new(t),
+                message_log::Param::Int(n) => Box::new(n),
+            }
+        })
+        .collect();
+    let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        values.iter().map(|v| v.as_ref() as _).collect();
+    // One statement per combination of filters given (a few dozen at most): cached like any.
+    let stmt = c.prepare_cached(&sql).await.map_err(pg)?;
+    let rows = c.query(&stmt, &refs).await.map_err(pg)?;
     Ok(rows
         .iter()
         .map(|r| MessageSummary {
@@ -574,56 +780,99 @@ pub async fn list_messages(
         .collect())
 }
 
-pub async fn claim(
-    c: &impl GenericClient,
+/// Claim a batch (one statement, committed on its own), then move the rows of endpoints that
+/// gave less than their room (see [`move_due`]). Nothing is held across the claim's commit:
+/// writers never wait for it. Also returns about how many due-table rows it rewrote.
+pub(super) async fn claim(
+    client: &mut deadpool_postgres::Object,
     req: &ClaimRequest,
-    cursor: &str,
-    wrapped: bool,
-) -> StoreResult<Vec<Claimed>> {
+) -> StoreResult<(Vec<Claimed>, u64)> {
     if req.limit == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), 0));
     }
     let token = crate::ids::lease_token();
     let room_ids: Vec<&str> = req.room.iter().map(|(e, _)| e.as_str()).collect();
     let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
-    let stmt = c.prepare_cached(CLAIM).await.map_err(pg)?;
-    let rows = c
+    let stmt = client.prepare_cached(CLAIM).await.map_err(pg)?;
+    let rows = client
         .query(
             &stmt,
             &[
-                &cursor,
                 &req.now_ms,
                 &req.exclude,
                 &i64::from(req.limit),
                 &i64::from(req.per_endpoint.max(1)),
                 &(req.now_ms + req.lease_ms),
                 &token,
-                &token,
-                &wrapped,
                 &room_ids,
                 &room_n,
             ],
         )
         .await
         .map_err(pg)?;
-    Ok(rows
-        .iter()
-        .map(|r| Claimed {
-            delivery_id: r.get(0),
-            message_id: r.get(1),
-            endpoint_id: r.get(2),
-            tenant_id: r.get(3),
-            attempts: r.get::<_, i64>(4) as u32,
-            visible_at_ms: r.get(5),
-            event_type: r.get(6),
-            payload: r.get(7),
-            message_created_at_ms: r.get(8),
-            lease_token: r.get(9),
-        })
-        .collect())
+    let mut claimed = Vec::with_capacity(rows.len());
+    let mut to_move: Vec<String> = Vec::new();
+    for r in &rows {
+        match r.get::<_, Option<i64>>(0) {
+            Some(delivery_id) => claimed.push(Claimed {
+                delivery_id,
+                message_id: r.get(1),
+                endpoint_id: r.get(2),
+                tenant_id: r.get(3),
+                attempts: r.get::<_, i64>(4) as u32,
+                visible_at_ms: r.get(5),
+                event_type: r.get(6),
+                payload: r.get(7),
+                message_created_at_ms: r.get(8),
+                lease_token: token,
+            }),
+            None => to_move.push(r.get(2)),
+        }
+    }
+    if !to_move.is_empty() {
+        // The claim has committed: a failure here only leaves rows due (a later claim that
+        // finds nothing moves them), never a lease unreturned.
+        if let Err(e) = move_due(client, &to_move, req.now_ms).await {
+            tracing::debug!(error = %e, "postgres: due rows not moved");
+        }
+    }
+    // Rotated rows (one per endpoint that gave a full share) and moved ones.
+    let rotated = claimed.len() as u64 / u64::from(req.per_endpoint.max(1));
+    let written = rotated + to_move.len() as u64;
+    Ok((claimed, written))
 }
 
-pub async fn settle(
+/// Move the rows of `endpoints` to their next work, or drop them, where no writer is adding
+/// work for them (see [`LOCK_TO_MOVE`]); the others stay due.
+///
+/// A transaction of its own that does not wait for its WAL to reach disk
+/// (`synchronous_commit = off`): the due table is a hint that may say "due" too early, never too
+/// late, and losing this transaction in a crash leaves the rows as they were, due. So writers
+/// that share a bucket wait only for these two statements, not for a disk flush.
+async fn move_due(
+    client: &mut deadpool_postgres::Object,
+    endpoints: &[String],
+    now_ms: i64,
+) -> StoreResult<()> {
+    let tx = client.transaction().await.map_err(pg)?;
+    let stmt = tx.prepare_cached(LOCK_TO_MOVE).await.map_err(pg)?;
+    let (mut movable, mut kept) = (Vec::new(), Vec::new());
+    for r in tx.query(&stmt, &[&endpoints]).await.map_err(pg)? {
+        let id: String = r.get(0);
+        if r.get::<_, bool>(1) {
+            movable.push(id);
+        } else {
+            kept.push(id);
+        }
+    }
+    let stmt = tx.prepare_cached(MOVE_DUE).await.map_err(pg)?;
+    tx.execute(&stmt, &[&movable, &kept, &now_ms])
+        .await
+        .map_err(pg)?;
+    tx.commit().await.map_err(pg)
+}
+
+pub(super) async fn settle(
     c: &impl GenericClient,
     settlements: &[Settlement],
     now_ms: i64,
@@ -648,15 +897,15 @@ pub async fn settle(
         Vec::new(),
     );
     for s in settlements {
-        let (state, vis, inc, t, st, err) = settle_values(s, now_ms);
+        let row = SettleRow::of(s, now_ms);
         ids.push(s.delivery_id);
         tokens.push(s.lease_token);
-        states.push(state);
-        visible.push(vis);
-        incs.push(inc);
-        touch.push(t);
-        status.push(st);
-        error.push(err);
+        states.push(row.state);
+        visible.push(row.visible_at_ms);
+        incs.push(row.attempts_added);
+        touch.push(row.touches_last);
+        status.push(row.last_status);
+        error.push(row.last_error);
         if let Some(a) = &s.attempt {
             a_ids.push(s.delivery_id);
             a_started.push(a.started_at_ms);
@@ -693,7 +942,7 @@ pub async fn settle(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-pub async fn extend_lease(
+pub(super) async fn extend_lease(
     c: &impl GenericClient,
     id: i64,
     token: i64,
@@ -710,7 +959,7 @@ pub async fn extend_lease(
     Ok(n > 0)
 }
 
-pub async fn purge(c: &impl GenericClient, before_ms: i64, limit: u32) -> StoreResult<u64> {
+pub(super) async fn purge(c: &impl GenericClient, before_ms: i64, limit: u32) -> StoreResult<u64> {
     let ids: Vec<i64> = c
         .query(
             "SELECT id FROM deliveries WHERE state = 2 AND updated_at_ms < $1 LIMIT $2 \
@@ -740,7 +989,7 @@ pub async fn purge(c: &impl GenericClient, before_ms: i64, limit: u32) -> StoreR
     Ok(ids.len() as u64)
 }
 
-pub async fn reap(
+pub(super) async fn reap(
     c: &impl GenericClient,
     now_ms: i64,
     max_expiries: u32,
@@ -757,14 +1006,17 @@ pub async fn reap(
         .await
         .map_err(pg)?;
     let returned = c
-        .execute(
-            "UPDATE deliveries SET state = 0, visible_at_ms = $1, lease_until_ms = NULL, \
-             lease_token = NULL, expiries = expiries + 1, updated_at_ms = $1 \
-             WHERE state = 1 AND lease_until_ms < $1",
+        .query_one(
+            "WITH r AS (UPDATE deliveries SET state = 0, visible_at_ms = $1, \
+             lease_until_ms = NULL, lease_token = NULL, expiries = expiries + 1, updated_at_ms = $1 \
+             WHERE state = 1 AND lease_until_ms < $1 RETURNING endpoint_id, visible_at_ms) \
+             SELECT count(*), sluice_mark_endpoints_due(array_agg(endpoint_id), \
+                 array_agg(visible_at_ms)) FROM r",
             &[&now_ms],
         )
         .await
-        .map_err(pg)?;
+        .map_err(pg)?
+        .get::<_, i64>(0) as u64;
     Ok(ReapReport { returned, dead })
 }
 
@@ -796,7 +1048,7 @@ fn delivery_row(r: &Row) -> DeliveryView {
     }
 }
 
-pub async fn list_deliveries(
+pub(super) async fn list_deliveries(
     c: &impl GenericClient,
     f: &DeliveryFilter,
 ) -> StoreResult<Vec<DeliveryView>> {
@@ -826,7 +1078,7 @@ pub async fn list_deliveries(
     Ok(rows.iter().map(delivery_row).collect())
 }
 
-pub async fn attempts(
+pub(super) async fn attempts(
     c: &impl GenericClient,
     tenant: &str,
     delivery_id: i64,
@@ -858,7 +1110,7 @@ const ENDPOINT_ATTEMPTS: &str = "SELECT a.id, a.delivery_id, a.started_at_ms, a.
     WHERE d.endpoint_id = $1 AND d.tenant_id = $2 AND a.started_at_ms >= $3 AND a.id < $4 \
     ORDER BY a.id DESC LIMIT $5";
 
-pub async fn endpoint_attempts(
+pub(super) async fn endpoint_attempts(
     c: &impl GenericClient,
     tenant: &str,
     endpoint: &str,
@@ -877,16 +1129,23 @@ pub async fn endpoint_attempts(
     Ok(rows.iter().map(attempt_row).collect())
 }
 
-pub async fn replay(
+/// Ready now, attempts reset; `$1` is the time, `$2` the reason. Followed by a `WHERE` and
+/// [`MARK`], which marks the endpoints of the rows made ready due in the same statement and
+/// counts them.
+const MAKE_READY: &str = "WITH r AS (UPDATE deliveries SET state = 0, attempts = 0, \
+    expiries = 0, visible_at_ms = $1, last_error = $2, updated_at_ms = $1";
+const MARK: &str = "RETURNING endpoint_id, visible_at_ms) SELECT count(*), \
+    sluice_mark_endpoints_due(array_agg(endpoint_id), array_agg(visible_at_ms)) FROM r";
+
+pub(super) async fn replay(
     c: &impl GenericClient,
     tenant: &str,
     target: &ReplayTarget,
     now_ms: i64,
 ) -> StoreResult<u64> {
-    const SET: &str = "UPDATE deliveries SET state = 0, attempts = 0, expiries = 0, \
-        visible_at_ms = $1, last_error = 'replayed', updated_at_ms = $1";
+    let reason = target.reason();
     match target {
-        ReplayTarget::Delivery(id) => {
+        ReplayTarget::Delivery(id) | ReplayTarget::Resend(id) => {
             let state = c
                 .query_opt(
                     "SELECT state FROM deliveries WHERE id = $1 AND tenant_id = $2",
@@ -894,31 +1153,47 @@ pub async fn replay(
                 )
                 .await
                 .map_err(pg)?
-                .map(|r| DeliveryState::from_code(r.get(0)));
-            match state {
-                None => return Err(StoreError::NotFound("delivery")),
-                Some(DeliveryState::Dead) => {}
-                Some(other) => {
-                    return Err(StoreError::Conflict(format!(
-                        "delivery {id} is {}, not dead-lettered",
-                        other.name()
-                    )));
-                }
-            }
-            c.execute(
-                &format!("{SET} WHERE id = $2 AND tenant_id = $3 AND state = 3"),
-                &[&now_ms, id, &tenant],
+                .map(|r| DeliveryState::from_code(r.get(0)))
+                .ok_or(StoreError::NotFound("delivery"))?;
+            let allowed = replayable(target, *id, state)?;
+            c.query_one(
+                &format!(
+                    "{MAKE_READY} WHERE id = $3 AND tenant_id = $4 AND state IN ({allowed}) {MARK}"
+                ),
+                &[&now_ms, &reason, id, &tenant],
             )
             .await
+            .map(|r| r.get::<_, i64>(0) as u64)
             .map_err(pg)
         }
         ReplayTarget::Endpoint(endpoint) => {
             endpoint_owned(c, tenant, endpoint).await?;
-            c.execute(
-                &format!("{SET} WHERE endpoint_id = $2 AND tenant_id = $3 AND state = 3"),
-                &[&now_ms, endpoint, &tenant],
+            c.query_one(
+                &format!(
+                    "{MAKE_READY} WHERE endpoint_id = $3 AND tenant_id = $4 AND state = 3 {MARK}"
+                ),
+                &[&now_ms, &reason, endpoint, &tenant],
             )
             .await
+            .map(|r| r.get::<_, i64>(0) as u64)
+            .map_err(pg)
+        }
+        ReplayTarget::Recover {
+            endpoint,
+            since_ms,
+            until_ms,
+        } => {
+            endpoint_owned(c, tenant, endpoint).await?;
+            c.query_one(
+                &format!(
+                    "{MAKE_READY} WHERE endpoint_id = $3 AND tenant_id = $4 \
+                     AND created_at_ms >= $5 AND created_at_ms < $6 \
+                     AND (state = 3 OR (state = 0 AND attempts > 0)) {MARK}"
+                ),
+                &[&now_ms, &reason, endpoint, &tenant, since_ms, until_ms],
+            )
+            .await
+            .map(|r| r.get::<_, i64>(0) as u64)
             .map_err(pg)
         }
     }
@@ -935,7 +1210,7 @@ async fn endpoint_owned(c: &impl GenericClient, tenant: &str, endpoint: &str) ->
     .ok_or(StoreError::NotFound("endpoint"))
 }
 
-pub async fn record_event(c: &impl GenericClient, e: &EndpointEvent) -> StoreResult<()> {
+pub(super) async fn record_event(c: &impl GenericClient, e: &EndpointEvent) -> StoreResult<()> {
     c.execute(
         "INSERT INTO endpoint_events (tenant_id, endpoint_id, kind, detail, at_ms) \
          VALUES ($1, $2, $3, $4, $5)",
@@ -946,7 +1221,7 @@ pub async fn record_event(c: &impl GenericClient, e: &EndpointEvent) -> StoreRes
     Ok(())
 }
 
-pub async fn list_events(
+pub(super) async fn list_events(
     c: &impl GenericClient,
     tenant: &str,
     endpoint: &str,
@@ -973,7 +1248,7 @@ pub async fn list_events(
         .collect())
 }
 
-pub async fn queue_stats(c: &impl GenericClient, now_ms: i64) -> StoreResult<QueueStats> {
+pub(super) async fn queue_stats(c: &impl GenericClient, now_ms: i64) -> StoreResult<QueueStats> {
     let mut stats = QueueStats::default();
     for r in c
         .query("SELECT state, count(*) FROM deliveries GROUP BY state", &[])

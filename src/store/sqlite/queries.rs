@@ -1,6 +1,7 @@
 //! The SQLite driver's statements. Each function runs inside the caller's savepoint (writes) or
 //! on a reader connection (reads); none of them opens or commits a transaction itself.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -11,36 +12,40 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms";
+    created_at_ms, updated_at_ms, headers";
 
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
 
-const CLAIM_ENDPOINTS_AFTER: &str =
-    "SELECT id FROM endpoints WHERE enabled = 1 AND id > ?1 ORDER BY id";
-const CLAIM_ENDPOINTS_UPTO: &str =
-    "SELECT id FROM endpoints WHERE enabled = 1 AND id <= ?1 ORDER BY id";
+/// Due endpoints, longest due first (ties by id); the caller skips the ones it excludes.
+const CLAIM_ENDPOINTS: &str = "SELECT q.endpoint_id FROM due_endpoints q \
+     JOIN endpoints e ON e.id = q.endpoint_id AND e.enabled = 1 \
+     WHERE q.due_ms <= ?1 ORDER BY q.due_ms, q.endpoint_id LIMIT ?2";
+/// When an endpoint next has work, once this claim's picks are leased.
+const NEXT_DUE: &str =
+    "SELECT min(visible_at_ms) FROM deliveries WHERE endpoint_id = ?1 AND state = 0";
 const CLAIM_DUE: &str = "SELECT id, message_id, tenant_id, attempts, visible_at_ms FROM deliveries \
      WHERE state = 0 AND endpoint_id = ?1 AND visible_at_ms <= ?2 ORDER BY visible_at_ms LIMIT ?3";
 const CLAIM_MARK: &str = "UPDATE deliveries SET state = 1, lease_until_ms = ?1, lease_token = ?2, \
      updated_at_ms = ?3 WHERE id = ?4";
 const MESSAGE_BODY: &str = "SELECT event_type, payload, created_at_ms FROM messages WHERE id = ?1";
 
+/// One outcome; a settle ends its lease normally, so it also ends any run of lease expiries.
 const SETTLE: &str = "UPDATE deliveries SET state = ?1, visible_at_ms = COALESCE(?2, visible_at_ms), \
-     attempts = attempts + ?3, lease_until_ms = NULL, lease_token = NULL, \
+     attempts = attempts + ?3, lease_until_ms = NULL, lease_token = NULL, expiries = 0, \
      last_status = CASE WHEN ?7 THEN ?4 ELSE last_status END, \
      last_error = CASE WHEN ?7 THEN ?5 ELSE last_error END, updated_at_ms = ?6 \
      WHERE id = ?8 AND lease_token = ?9 AND state = 1";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (delivery_id, started_at_ms, duration_ms, \
      status, error_kind, response) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
-pub fn setting(c: &Connection, key: &str) -> StoreResult<Option<String>> {
+pub(super) fn setting(c: &Connection, key: &str) -> StoreResult<Option<String>> {
     c.prepare_cached("SELECT value FROM settings WHERE key = ?1")
         .and_then(|mut s| s.query_row([key], |r| r.get(0)).optional())
         .map_err(db)
 }
 
-pub fn set_setting(c: &Connection, key: &str, value: &str) -> StoreResult<()> {
+pub(super) fn set_setting(c: &Connection, key: &str, value: &str) -> StoreResult<()> {
     c.execute(
         "INSERT INTO settings (key, value) VALUES (?1, ?2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -48,6 +53,54 @@ pub fn set_setting(c: &Connection, key: &str, value: &str) -> StoreResult<()> {
     )
     .map_err(db)?;
     Ok(())
+}
+
+pub(super) fn delete_setting(c: &Connection, key: &str) -> StoreResult<bool> {
+    let n = c
+        .execute("DELETE FROM settings WHERE key = ?1", [key])
+        .map_err(db)?;
+    Ok(n > 0)
+}
+
+pub(super) fn delete_settings_between(c: &Connection, from: &str, to: &str) -> StoreResult<u64> {
+    // TEXT keys compare with SQLite's default BINARY collation: bytewise.
+    let n = c
+        .execute(
+            "DELETE FROM settings WHERE key >= ?1 AND key < ?2",
+            [from, to],
+        )
+        .map_err(db)?;
+    Ok(n as u64)
+}
+
+/// Insert `value` under `key` unless one is there; return whichever is stored.
+pub(super) fn init_setting(c: &Connection, key: &str, value: &str) -> StoreResult<String> {
+    c.execute(
+        "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+        [key, value],
+    )
+    .map_err(db)?;
+    setting(c, key)?.ok_or(StoreError::NotFound("setting"))
+}
+
+/// Check there is room for `PROBE_ROOM_BYTES` more: pages for the blob come from the free list
+/// or grow the file, which is where `max_page_count` or a full disk shows. Rolled back, so it
+/// leaves nothing behind.
+pub(super) fn probe_room(c: &Connection) -> StoreResult<()> {
+    c.execute_batch("SAVEPOINT probe_room").map_err(db)?;
+    let room = c
+        .execute(
+            "INSERT INTO settings (key, value) VALUES ('write_probe_room', zeroblob(?1))",
+            [PROBE_ROOM_BYTES as i64],
+        )
+        .map_err(db);
+    if room.is_err() && c.is_autocommit() {
+        // SQLite rolled the whole transaction back (it does on SQLITE_FULL): nothing to undo.
+        return room.map(|_| ());
+    }
+    c.execute_batch("ROLLBACK TO probe_room; RELEASE probe_room")
+        .map_err(db)?;
+    room.map(|_| ())
 }
 
 fn tenant_row(r: &Row) -> rusqlite::Result<Tenant> {
@@ -59,7 +112,7 @@ fn tenant_row(r: &Row) -> rusqlite::Result<Tenant> {
     })
 }
 
-pub fn create_tenant(c: &Connection, t: &Tenant) -> StoreResult<()> {
+pub(super) fn create_tenant(c: &Connection, t: &Tenant) -> StoreResult<()> {
     c.execute(
         "INSERT INTO tenants (id, name, token_hash, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
         params![t.id, t.name, t.token_hash, t.created_at_ms],
@@ -68,14 +121,14 @@ pub fn create_tenant(c: &Connection, t: &Tenant) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn tenant(c: &Connection, id: &str) -> StoreResult<Tenant> {
+pub(super) fn tenant(c: &Connection, id: &str) -> StoreResult<Tenant> {
     c.prepare_cached("SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id = ?1")
         .and_then(|mut s| s.query_row([id], tenant_row).optional())
         .map_err(db)?
         .ok_or(StoreError::NotFound("tenant"))
 }
 
-pub fn tenant_by_token(c: &Connection, hash: &str) -> StoreResult<Option<Tenant>> {
+pub(super) fn tenant_by_token(c: &Connection, hash: &str) -> StoreResult<Option<Tenant>> {
     c.prepare_cached(
         "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE token_hash = ?1",
     )
@@ -83,7 +136,7 @@ pub fn tenant_by_token(c: &Connection, hash: &str) -> StoreResult<Option<Tenant>
     .map_err(db)
 }
 
-pub fn list_tenants(c: &Connection, after: &str, limit: u32) -> StoreResult<Vec<Tenant>> {
+pub(super) fn list_tenants(c: &Connection, after: &str, limit: u32) -> StoreResult<Vec<Tenant>> {
     let mut s = c
         .prepare_cached(
             "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id > ?1 \
@@ -94,7 +147,7 @@ pub fn list_tenants(c: &Connection, after: &str, limit: u32) -> StoreResult<Vec<
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-pub fn set_tenant_token(c: &Connection, id: &str, hash: &str) -> StoreResult<()> {
+pub(super) fn set_tenant_token(c: &Connection, id: &str, hash: &str) -> StoreResult<()> {
     let n = c
         .execute(
             "UPDATE tenants SET token_hash = ?2 WHERE id = ?1",
@@ -107,7 +160,7 @@ pub fn set_tenant_token(c: &Connection, id: &str, hash: &str) -> StoreResult<()>
     Ok(())
 }
 
-pub fn delete_tenant(c: &Connection, id: &str) -> StoreResult<()> {
+pub(super) fn delete_tenant(c: &Connection, id: &str) -> StoreResult<()> {
     c.execute(
         "DELETE FROM attempts WHERE delivery_id IN (SELECT id FROM deliveries WHERE tenant_id = ?1)",
         [id],
@@ -152,6 +205,7 @@ fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
         failing_since_ms: r.get(16)?,
         created_at_ms: r.get(17)?,
         updated_at_ms: r.get(18)?,
+        headers: serde_json::from_str(&r.get::<_, String>(19)?).unwrap_or_default(),
     })
 }
 
@@ -159,11 +213,16 @@ fn event_types_json(e: &Endpoint) -> String {
     serde_json::to_string(&e.event_types).unwrap_or_else(|_| "[]".into())
 }
 
-pub fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
+fn headers_json(e: &Endpoint) -> String {
+    serde_json::to_string(&e.headers).unwrap_or_else(|_| "{}".into())
+}
+
+pub(super) fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
     c.execute(
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
+             ?20)"
         ),
         params![
             e.id,
@@ -184,14 +243,36 @@ pub fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
             e.total_timeout_ms,
             e.failing_since_ms,
             e.created_at_ms,
-            e.updated_at_ms
+            e.updated_at_ms,
+            headers_json(e)
         ],
     )
     .map_err(db)?;
+    subscribe(c, e)
+}
+
+/// Write the endpoint's rows of the fan-out index (see [`crate::store::subscriptions`]).
+fn subscribe(c: &Connection, e: &Endpoint) -> StoreResult<()> {
+    c.prepare_cached("DELETE FROM subscriptions WHERE endpoint_id = ?1")
+        .and_then(|mut s| s.execute([&e.id]))
+        .map_err(db)?;
+    if e.operational {
+        return Ok(());
+    }
+    let mut insert = c
+        .prepare_cached(
+            "INSERT INTO subscriptions (tenant_id, pattern, endpoint_id) VALUES (?1, ?2, ?3)",
+        )
+        .map_err(db)?;
+    for pattern in subscriptions::patterns(&e.event_types) {
+        insert
+            .execute(params![e.tenant_id, pattern, e.id])
+            .map_err(db)?;
+    }
     Ok(())
 }
 
-pub fn endpoint(c: &Connection, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint> {
+pub(super) fn endpoint(c: &Connection, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint> {
     let found = c
         .prepare_cached(&format!(
             "SELECT {ENDPOINT_COLUMNS} FROM endpoints WHERE id = ?1"
@@ -204,7 +285,7 @@ pub fn endpoint(c: &Connection, tenant: Option<&str>, id: &str) -> StoreResult<E
     }
 }
 
-pub fn list_endpoints(
+pub(super) fn list_endpoints(
     c: &Connection,
     tenant: &str,
     after: &str,
@@ -222,14 +303,14 @@ pub fn list_endpoints(
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-pub fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
+pub(super) fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
     let n = c
         .execute(
             "UPDATE endpoints SET url = ?3, description = ?4, event_types = ?5, secret = ?6, \
              previous_secret = ?7, previous_secret_until_ms = ?8, enabled = ?9, \
              disabled_reason = ?10, lane_size = ?11, latency_ceiling_ms = ?12, \
              connect_timeout_ms = ?13, read_timeout_ms = ?14, total_timeout_ms = ?15, \
-             updated_at_ms = ?16 WHERE id = ?1 AND tenant_id = ?2",
+             updated_at_ms = ?16, headers = ?17 WHERE id = ?1 AND tenant_id = ?2",
             params![
                 e.id,
                 e.tenant_id,
@@ -246,17 +327,19 @@ pub fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
                 e.connect_timeout_ms,
                 e.read_timeout_ms,
                 e.total_timeout_ms,
-                e.updated_at_ms
+                e.updated_at_ms,
+                headers_json(e)
             ],
         )
         .map_err(db)?;
     if n == 0 {
         return Err(StoreError::NotFound("endpoint"));
     }
-    Ok(())
+    refresh_due(c, &e.id, e.enabled)?;
+    subscribe(c, e)
 }
 
-pub fn delete_endpoint(c: &Connection, tenant: &str, id: &str) -> StoreResult<()> {
+pub(super) fn delete_endpoint(c: &Connection, tenant: &str, id: &str) -> StoreResult<()> {
     let n = c
         .execute(
             "DELETE FROM endpoints WHERE id = ?1 AND tenant_id = ?2",
@@ -278,7 +361,7 @@ pub fn delete_endpoint(c: &Connection, tenant: &str, id: &str) -> StoreResult<()
     Ok(())
 }
 
-pub fn set_endpoint_enabled(
+pub(super) fn set_endpoint_enabled(
     c: &Connection,
     id: &str,
     enabled: bool,
@@ -295,10 +378,32 @@ pub fn set_endpoint_enabled(
     if n == 0 {
         return Err(StoreError::NotFound("endpoint"));
     }
+    refresh_due(c, id, enabled)
+}
+
+/// A disabled endpoint leaves the due table (claims would only skip it); an enabled one is due
+/// again from its earliest ready delivery.
+fn refresh_due(c: &Connection, id: &str, enabled: bool) -> StoreResult<()> {
+    let sql = if enabled {
+        "INSERT INTO due_endpoints (endpoint_id, due_ms) \
+         SELECT ?1, min(visible_at_ms) FROM deliveries WHERE endpoint_id = ?1 AND state = 0 \
+         GROUP BY endpoint_id \
+         ON CONFLICT (endpoint_id) DO UPDATE SET due_ms = excluded.due_ms \
+             WHERE excluded.due_ms < due_endpoints.due_ms"
+    } else {
+        "DELETE FROM due_endpoints WHERE endpoint_id = ?1"
+    };
+    c.prepare_cached(sql)
+        .and_then(|mut s| s.execute([id]))
+        .map_err(db)?;
     Ok(())
 }
 
-pub fn set_endpoint_failing(c: &Connection, id: &str, since_ms: Option<i64>) -> StoreResult<()> {
+pub(super) fn set_endpoint_failing(
+    c: &Connection,
+    id: &str,
+    since_ms: Option<i64>,
+) -> StoreResult<()> {
     c.execute(
         "UPDATE endpoints SET failing_since_ms = ?2 WHERE id = ?1",
         params![id, since_ms],
@@ -307,11 +412,19 @@ pub fn set_endpoint_failing(c: &Connection, id: &str, since_ms: Option<i64>) -> 
     Ok(())
 }
 
-pub fn enqueue(c: &Connection, messages: &[NewMessage], now_ms: i64) -> StoreResult<Vec<Enqueued>> {
+/// Store a batch; also returns the endpoints given work.
+pub(super) fn enqueue(
+    c: &Connection,
+    messages: &[NewMessage],
+    now_ms: i64,
+) -> StoreResult<(Vec<Enqueued>, HashSet<String>)> {
     let mut out = Vec::with_capacity(messages.len());
-    let mut subscribers: HashMap<&str, Vec<(String, Vec<String>)>> = HashMap::new();
+    let mut subscribers: HashMap<(&str, &str), Vec<String>> = HashMap::new();
     let mut find_key = c
-        .prepare_cached("SELECT id FROM messages WHERE tenant_id = ?1 AND idempotency_key = ?2")
+        .prepare_cached(
+            "SELECT id, event_type = ?3 AND payload = ?4 FROM messages \
+             WHERE tenant_id = ?1 AND idempotency_key = ?2",
+        )
         .map_err(db)?;
     let mut insert_message = c
         .prepare_cached(
@@ -325,18 +438,23 @@ pub fn enqueue(c: &Connection, messages: &[NewMessage], now_ms: i64) -> StoreRes
              visible_at_ms, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, 0, 0, ?4, ?4, ?4)",
         )
         .map_err(db)?;
+    // Endpoints given work by this batch, each marked due once (see migration 3).
+    let mut due: HashSet<String> = HashSet::new();
+    let mut mark_due = |endpoint: &String| {
+        if !due.contains(endpoint) {
+            due.insert(endpoint.clone());
+        }
+    };
     for m in messages {
         if let Some(key) = &m.idempotency_key {
-            let existing: Option<String> = find_key
-                .query_row([&m.tenant_id, key], |r| r.get(0))
+            let existing: Option<(String, bool)> = find_key
+                .query_row([&m.tenant_id, key, &m.event_type, &m.payload], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
                 .optional()
                 .map_err(db)?;
-            if let Some(id) = existing {
-                out.push(Enqueued {
-                    id,
-                    duplicate: true,
-                    deliveries: 0,
-                });
+            if let Some((id, same)) = existing {
+                out.push(Enqueued::repeat(id, same));
                 continue;
             }
         }
@@ -355,47 +473,61 @@ pub fn enqueue(c: &Connection, messages: &[NewMessage], now_ms: i64) -> StoreRes
             insert_delivery
                 .execute(params![m.id, only, m.tenant_id, now_ms])
                 .map_err(db)?;
+            mark_due(only);
             deliveries = 1;
         } else {
-            if !subscribers.contains_key(m.tenant_id.as_str()) {
-                let subs = tenant_subscribers(c, &m.tenant_id)?;
-                subscribers.insert(m.tenant_id.as_str(), subs);
-            }
-            for (endpoint, types) in &subscribers[m.tenant_id.as_str()] {
-                if types.is_empty() || types.contains(&m.event_type) {
-                    insert_delivery
-                        .execute(params![m.id, endpoint, m.tenant_id, now_ms])
-                        .map_err(db)?;
-                    deliveries += 1;
-                }
+            let key = (m.tenant_id.as_str(), m.event_type.as_str());
+            let targets = match subscribers.entry(key) {
+                Entry::Occupied(found) => found.into_mut(),
+                Entry::Vacant(slot) => slot.insert(subscribers_of(c, key.0, key.1)?),
+            };
+            for endpoint in targets.iter() {
+                insert_delivery
+                    .execute(params![m.id, endpoint, m.tenant_id, now_ms])
+                    .map_err(db)?;
+                mark_due(endpoint);
+                deliveries += 1;
             }
         }
-        out.push(Enqueued {
-            id: m.id.clone(),
-            duplicate: false,
-            deliveries,
-        });
+        out.push(Enqueued::created(m.id.clone(), deliveries));
+    }
+    let mut upsert = c
+        .prepare_cached(
+            "INSERT INTO due_endpoints (endpoint_id, due_ms) VALUES (?1, ?2) \
+             ON CONFLICT (endpoint_id) DO UPDATE SET due_ms = excluded.due_ms \
+                 WHERE excluded.due_ms < due_endpoints.due_ms",
+        )
+        .map_err(db)?;
+    for endpoint in &due {
+        upsert.execute(params![endpoint, now_ms]).map_err(db)?;
+    }
+    Ok((out, due))
+}
+
+/// The enabled endpoints of `tenant` whose filters match `event_type`, through the fan-out index:
+/// one index lookup per candidate pattern, so the cost is the subscribers, not the tenant's
+/// endpoints. No endpoint is stored under two patterns that match one type (see
+/// [`subscriptions::patterns`]), so nothing is found twice.
+fn subscribers_of(c: &Connection, tenant: &str, event_type: &str) -> StoreResult<Vec<String>> {
+    let mut s = c
+        .prepare_cached(
+            "SELECT s.endpoint_id FROM subscriptions s JOIN endpoints e ON e.id = s.endpoint_id \
+             WHERE s.tenant_id = ?1 AND s.pattern = ?2 AND e.enabled = 1 AND e.operational = 0",
+        )
+        .map_err(db)?;
+    let mut out = Vec::new();
+    for pattern in subscriptions::candidates(event_type) {
+        let rows = s
+            .query_map(params![tenant, pattern.as_ref()], |r| r.get::<_, String>(0))
+            .map_err(db)?;
+        for id in rows {
+            out.push(id.map_err(db)?);
+        }
     }
     Ok(out)
 }
 
-fn tenant_subscribers(c: &Connection, tenant: &str) -> StoreResult<Vec<(String, Vec<String>)>> {
-    let mut s = c
-        .prepare_cached(
-            "SELECT id, event_types FROM endpoints WHERE tenant_id = ?1 AND enabled = 1 \
-             AND operational = 0",
-        )
-        .map_err(db)?;
-    let rows = s
-        .query_map([tenant], |r| {
-            let types: String = r.get(1)?;
-            Ok((r.get(0)?, serde_json::from_str(&types).unwrap_or_default()))
-        })
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
-}
-
-pub fn message(c: &Connection, tenant: &str, id: &str) -> StoreResult<MessageView> {
+pub(super) fn message(c: &Connection, tenant: &str, id: &str) -> StoreResult<MessageView> {
     let found = c
         .prepare_cached(
             "SELECT id, event_type, payload, created_at_ms FROM messages \
@@ -427,20 +559,18 @@ pub fn message(c: &Connection, tenant: &str, id: &str) -> StoreResult<MessageVie
     Ok(view)
 }
 
-pub fn list_messages(
-    c: &Connection,
-    tenant: &str,
-    before: Option<&str>,
-    limit: u32,
-) -> StoreResult<Vec<MessageSummary>> {
-    let mut s = c
-        .prepare_cached(
-            "SELECT id, event_type, created_at_ms FROM messages WHERE tenant_id = ?1 \
-             AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3",
-        )
-        .map_err(db)?;
+pub(super) fn list_messages(c: &Connection, f: &MessageFilter) -> StoreResult<Vec<MessageSummary>> {
+    let (sql, params) = f.statement(|n| format!("?{n}"));
+    let values: Vec<rusqlite::types::Value> = params
+        .into_iter()
+        .map(|p| match p {
+            message_log::Param::Text(t) => rusqlite::types::Value::Text(t),
+            message_log::Param::Int(n) => rusqlite::types::Value::Integer(n),
+        })
+        .collect();
+    let mut s = c.prepare_cached(&sql).map_err(db)?;
     let rows = s
-        .query_map(params![tenant, before, limit], |r| {
+        .query_map(rusqlite::params_from_iter(values), |r| {
             Ok(MessageSummary {
                 id: r.get(0)?,
                 event_type: r.get(1)?,
@@ -460,55 +590,61 @@ struct Picked {
     visible_at_ms: i64,
 }
 
-pub fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
     let limit = req.limit as usize;
     if limit == 0 {
         return Ok(Vec::new());
     }
     let exclude: HashSet<&str> = req.exclude.iter().map(String::as_str).collect();
     let room: HashMap<&str, u32> = req.room.iter().map(|(e, n)| (e.as_str(), *n)).collect();
+    // Enough due endpoints to fill the batch at one delivery each, past the excluded ones.
+    let wanted = limit + exclude.len();
+    let endpoints: Vec<String> = c
+        .prepare_cached(CLAIM_ENDPOINTS)
+        .map_err(db)?
+        .query_map(params![req.now_ms, wanted as i64], |r| r.get(0))
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
     let mut picked: Vec<Picked> = Vec::with_capacity(limit);
+    // Each endpoint looked at, and whether it gave all the room it was asked for (so it may
+    // have more due work).
+    let mut visited: Vec<(&str, bool)> = Vec::with_capacity(limit);
     let mut due = c.prepare_cached(CLAIM_DUE).map_err(db)?;
-    let cursor = req.after_endpoint.as_deref().unwrap_or("");
-    let passes: &[&str] = if cursor.is_empty() {
-        &[CLAIM_ENDPOINTS_AFTER]
-    } else {
-        &[CLAIM_ENDPOINTS_AFTER, CLAIM_ENDPOINTS_UPTO]
-    };
-    'passes: for sql in passes {
-        let mut endpoints = c.prepare_cached(sql).map_err(db)?;
-        let mut rows = endpoints.query([cursor]).map_err(db)?;
-        while let Some(row) = rows.next().map_err(db)? {
-            let endpoint: String = row.get(0).map_err(db)?;
-            if exclude.contains(endpoint.as_str()) {
-                continue;
-            }
-            let share = room
-                .get(endpoint.as_str())
-                .copied()
-                .unwrap_or(req.per_endpoint)
-                .min(req.per_endpoint)
-                .max(1);
-            let room = (limit - picked.len()).min(share as usize);
-            let mut found = due
-                .query(params![endpoint, req.now_ms, room as i64])
-                .map_err(db)?;
-            while let Some(r) = found.next().map_err(db)? {
-                picked.push(Picked {
-                    id: r.get(0).map_err(db)?,
-                    message_id: r.get(1).map_err(db)?,
-                    endpoint_id: endpoint.clone(),
-                    tenant_id: r.get(2).map_err(db)?,
-                    attempts: r.get(3).map_err(db)?,
-                    visible_at_ms: r.get(4).map_err(db)?,
-                });
-            }
-            if picked.len() >= limit {
-                break 'passes;
-            }
+    for endpoint in &endpoints {
+        if picked.len() >= limit {
+            break;
         }
+        if exclude.contains(endpoint.as_str()) {
+            continue;
+        }
+        let share = room
+            .get(endpoint.as_str())
+            .copied()
+            .unwrap_or(req.per_endpoint)
+            .min(req.per_endpoint)
+            .max(1);
+        let room = (limit - picked.len()).min(share as usize);
+        let before = picked.len();
+        let mut found = due
+            .query(params![endpoint, req.now_ms, room as i64])
+            .map_err(db)?;
+        while let Some(r) = found.next().map_err(db)? {
+            picked.push(Picked {
+                id: r.get(0).map_err(db)?,
+                message_id: r.get(1).map_err(db)?,
+                endpoint_id: endpoint.clone(),
+                tenant_id: r.get(2).map_err(db)?,
+                attempts: r.get(3).map_err(db)?,
+                visible_at_ms: r.get(4).map_err(db)?,
+            });
+        }
+        visited.push((endpoint, picked.len() - before == room));
     }
+    // Fewer due endpoints than asked for: every claim sees them all, no turn to keep.
+    let rotate = endpoints.len() >= wanted;
     if picked.is_empty() {
+        reschedule(c, &visited, req.now_ms, rotate)?;
         return Ok(Vec::new());
     }
     let token = crate::ids::lease_token();
@@ -540,24 +676,63 @@ pub fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
             visible_at_ms: p.visible_at_ms,
         });
     }
+    reschedule(c, &visited, req.now_ms, rotate)?;
     Ok(out)
 }
 
-pub fn settle(c: &Connection, settlements: &[Settlement], now_ms: i64) -> StoreResult<Vec<i64>> {
+/// After a claim: an endpoint that gave all the room asked of it may have more due work and keeps
+/// its row (moved behind the others when `rotate`: round robin among more due endpoints than one
+/// claim reads); one that gave less has no due work left, so its row moves to its next work or
+/// goes.
+fn reschedule(
+    c: &Connection,
+    visited: &[(&str, bool)],
+    now_ms: i64,
+    rotate: bool,
+) -> StoreResult<()> {
+    let mut next = c.prepare_cached(NEXT_DUE).map_err(db)?;
+    let mut set = c
+        .prepare_cached("UPDATE due_endpoints SET due_ms = ?2 WHERE endpoint_id = ?1")
+        .map_err(db)?;
+    let mut drop = c
+        .prepare_cached("DELETE FROM due_endpoints WHERE endpoint_id = ?1")
+        .map_err(db)?;
+    for &(endpoint, full) in visited {
+        if full {
+            if rotate {
+                set.execute(params![endpoint, now_ms]).map_err(db)?;
+            }
+            continue;
+        }
+        let at: Option<i64> = next.query_row([endpoint], |r| r.get(0)).map_err(db)?;
+        match at {
+            Some(at) => set.execute(params![endpoint, at.max(now_ms)]),
+            None => drop.execute([endpoint]),
+        }
+        .map_err(db)?;
+    }
+    Ok(())
+}
+
+pub(super) fn settle(
+    c: &Connection,
+    settlements: &[Settlement],
+    now_ms: i64,
+) -> StoreResult<Vec<i64>> {
     let mut update = c.prepare_cached(SETTLE).map_err(db)?;
     let mut insert = c.prepare_cached(INSERT_ATTEMPT).map_err(db)?;
     let mut applied = Vec::with_capacity(settlements.len());
     for s in settlements {
-        let (state, visible, inc, touch, status, error) = settle_values(s, now_ms);
+        let row = SettleRow::of(s, now_ms);
         let n = update
             .execute(params![
-                state,
-                visible,
-                inc,
-                status,
-                error,
+                row.state,
+                row.visible_at_ms,
+                row.attempts_added,
+                row.last_status,
+                row.last_error,
                 now_ms,
-                touch,
+                row.touches_last,
                 s.delivery_id,
                 s.lease_token
             ])
@@ -582,7 +757,12 @@ pub fn settle(c: &Connection, settlements: &[Settlement], now_ms: i64) -> StoreR
     Ok(applied)
 }
 
-pub fn extend_lease(c: &Connection, id: i64, token: i64, until_ms: i64) -> StoreResult<bool> {
+pub(super) fn extend_lease(
+    c: &Connection,
+    id: i64,
+    token: i64,
+    until_ms: i64,
+) -> StoreResult<bool> {
     let n = c
         .execute(
             "UPDATE deliveries SET lease_until_ms = ?3 WHERE id = ?1 AND lease_token = ?2 \
@@ -593,7 +773,7 @@ pub fn extend_lease(c: &Connection, id: i64, token: i64, until_ms: i64) -> Store
     Ok(n > 0)
 }
 
-pub fn purge(c: &Connection, before_ms: i64, limit: u32) -> StoreResult<u64> {
+pub(super) fn purge(c: &Connection, before_ms: i64, limit: u32) -> StoreResult<u64> {
     let ids: Vec<i64> = {
         let mut s = c
             .prepare_cached(
@@ -624,7 +804,7 @@ pub fn purge(c: &Connection, before_ms: i64, limit: u32) -> StoreResult<u64> {
     Ok(ids.len() as u64)
 }
 
-pub fn reap(c: &Connection, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
+pub(super) fn reap(c: &Connection, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
     let dead = c
         .execute(
             "UPDATE deliveries SET state = 3, lease_until_ms = NULL, lease_token = NULL, \
@@ -676,7 +856,10 @@ fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryView> {
     })
 }
 
-pub fn list_deliveries(c: &Connection, f: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>> {
+pub(super) fn list_deliveries(
+    c: &Connection,
+    f: &DeliveryFilter,
+) -> StoreResult<Vec<DeliveryView>> {
     let scope = match (&f.message_id, &f.endpoint_id) {
         (Some(_), _) => "message_id = ?1 AND (?2 IS NULL OR endpoint_id = ?2)",
         (None, Some(_)) => "endpoint_id = ?2 AND ?1 IS NULL",
@@ -703,7 +886,11 @@ pub fn list_deliveries(c: &Connection, f: &DeliveryFilter) -> StoreResult<Vec<De
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-pub fn attempts(c: &Connection, tenant: &str, delivery_id: i64) -> StoreResult<Vec<AttemptView>> {
+pub(super) fn attempts(
+    c: &Connection,
+    tenant: &str,
+    delivery_id: i64,
+) -> StoreResult<Vec<AttemptView>> {
     let owned: Option<i64> = c
         .prepare_cached("SELECT id FROM deliveries WHERE id = ?1 AND tenant_id = ?2")
         .and_then(|mut s| {
@@ -730,7 +917,7 @@ const ENDPOINT_ATTEMPTS: &str = "SELECT a.id, a.delivery_id, a.started_at_ms, a.
     WHERE d.endpoint_id = ?1 AND d.tenant_id = ?2 AND a.started_at_ms >= ?3 AND a.id < ?4 \
     ORDER BY a.id DESC LIMIT ?5";
 
-pub fn endpoint_attempts(
+pub(super) fn endpoint_attempts(
     c: &Connection,
     tenant: &str,
     endpoint: &str,
@@ -749,16 +936,19 @@ pub fn endpoint_attempts(
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-pub fn replay(
+/// Ready now, attempts reset; `?1` is the time, `?2` the reason.
+const MAKE_READY: &str = "UPDATE deliveries SET state = 0, attempts = 0, expiries = 0, \
+    visible_at_ms = ?1, last_error = ?2, updated_at_ms = ?1";
+
+pub(super) fn replay(
     c: &Connection,
     tenant: &str,
     target: &ReplayTarget,
     now_ms: i64,
 ) -> StoreResult<u64> {
-    const SET: &str = "UPDATE deliveries SET state = 0, attempts = 0, expiries = 0, \
-        visible_at_ms = ?1, last_error = 'replayed', updated_at_ms = ?1";
+    let reason = target.reason();
     let n = match target {
-        ReplayTarget::Delivery(id) => {
+        ReplayTarget::Delivery(id) | ReplayTarget::Resend(id) => {
             let state: Option<i64> = c
                 .query_row(
                     "SELECT state FROM deliveries WHERE id = ?1 AND tenant_id = ?2",
@@ -767,26 +957,35 @@ pub fn replay(
                 )
                 .optional()
                 .map_err(db)?;
-            match state.map(DeliveryState::from_code) {
-                None => return Err(StoreError::NotFound("delivery")),
-                Some(DeliveryState::Dead) => {}
-                Some(other) => {
-                    return Err(StoreError::Conflict(format!(
-                        "delivery {id} is {}, not dead-lettered",
-                        other.name()
-                    )));
-                }
-            }
+            let state = state
+                .map(DeliveryState::from_code)
+                .ok_or(StoreError::NotFound("delivery"))?;
+            let allowed = replayable(target, *id, state)?;
             c.execute(
-                &format!("{SET} WHERE id = ?2 AND tenant_id = ?3 AND state = 3"),
-                params![now_ms, id, tenant],
+                &format!("{MAKE_READY} WHERE id = ?3 AND tenant_id = ?4 AND state IN ({allowed})"),
+                params![now_ms, reason, id, tenant],
             )
         }
         ReplayTarget::Endpoint(endpoint) => {
             endpoint_owned(c, tenant, endpoint)?;
             c.execute(
-                &format!("{SET} WHERE endpoint_id = ?2 AND tenant_id = ?3 AND state = 3"),
-                params![now_ms, endpoint, tenant],
+                &format!("{MAKE_READY} WHERE endpoint_id = ?3 AND tenant_id = ?4 AND state = 3"),
+                params![now_ms, reason, endpoint, tenant],
+            )
+        }
+        ReplayTarget::Recover {
+            endpoint,
+            since_ms,
+            until_ms,
+        } => {
+            endpoint_owned(c, tenant, endpoint)?;
+            c.execute(
+                &format!(
+                    "{MAKE_READY} WHERE endpoint_id = ?3 AND tenant_id = ?4 \
+                     AND created_at_ms >= ?5 AND created_at_ms < ?6 \
+                     AND (state = 3 OR (state = 0 AND attempts > 0))"
+                ),
+                params![now_ms, reason, endpoint, tenant, since_ms, until_ms],
             )
         }
     }
@@ -806,7 +1005,7 @@ fn endpoint_owned(c: &Connection, tenant: &str, endpoint: &str) -> StoreResult<(
     owned.map(|_| ()).ok_or(StoreError::NotFound("endpoint"))
 }
 
-pub fn record_event(c: &Connection, e: &EndpointEvent) -> StoreResult<()> {
+pub(super) fn record_event(c: &Connection, e: &EndpointEvent) -> StoreResult<()> {
     c.execute(
         "INSERT INTO endpoint_events (tenant_id, endpoint_id, kind, detail, at_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -816,7 +1015,7 @@ pub fn record_event(c: &Connection, e: &EndpointEvent) -> StoreResult<()> {
     Ok(())
 }
 
-pub fn list_events(
+pub(super) fn list_events(
     c: &Connection,
     tenant: &str,
     endpoint: &str,
@@ -843,7 +1042,7 @@ pub fn list_events(
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-pub fn queue_stats(c: &Connection, now_ms: i64) -> StoreResult<QueueStats> {
+pub(super) fn queue_stats(c: &Connection, now_ms: i64) -> StoreResult<QueueStats> {
     let mut stats = QueueStats::default();
     let mut s = c
         .prepare_cached("SELECT state, COUNT(*) FROM deliveries GROUP BY state")

@@ -1,0 +1,258 @@
+//! `sluice-bench <scenario>` (also reached as `sluice bench <scenario>`): slow, dead, throttling
+//! and flooding endpoints as reproducible runs with figures and charts.
+//!
+//! A crate of its own so the server's binary carries none of it (no chart or progress-bar
+//! libraries in its dependency graph); the loopback receivers come from `sluice-testkit`.
+//!
+//! Every run starts the loopback receivers it needs, starts a sluice in this process (embedded
+//! SQLite in a fresh directory unless `--database-url`/`--redis-url`, or drives `--target`),
+//! sends traffic for a bounded time, and reports a table (or `--json`) and an SVG chart.
+//!
+//! # Layout
+//! - [`harness`]: the sluice under test and its API; [`probe`]: its live dispatcher state.
+//! - [`receiver`]: receivers that time deliveries into the [`timeline`] (per-second latencies);
+//!   [`load`]: producers.
+//! - [`phase`]: healthy customers next to one bad one, the shape of most scenarios; [`compare`]:
+//!   the figures and chart panel of healthy latency with and without it.
+//! - [`watch`]: sampling and the progress bar; [`sys`]: CPU and memory from `/proc`.
+//! - [`report`] and [`chart`]: the output.
+//! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
+//!   [`throttled`], [`flood`], [`replay`].
+
+mod backlog;
+mod chart;
+mod compare;
+mod dead_endpoint;
+mod drain;
+mod flood;
+mod harness;
+mod load;
+mod phase;
+mod probe;
+mod receiver;
+mod replay;
+mod report;
+mod scale;
+mod slow_consumer;
+mod store_cpu;
+mod sys;
+mod throttled;
+mod throughput;
+mod timeline;
+mod watch;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+
+use report::Report;
+
+/// The scenarios, named after what they prove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Many endpoints, fast receivers, 32 producers: ingest and delivery rates, CPU, memory.
+    Throughput,
+    /// The same burst spread over 10 … 100,000 endpoints of one tenant: what each endpoint costs.
+    Scale,
+    /// One endpoint answering in seconds at a high rate among healthy ones: their latency must not move.
+    SlowConsumer,
+    /// A blackhole endpoint (accepts, never answers) with steady arrivals and a small pool.
+    DeadEndpoint,
+    /// An endpoint answering 429 + Retry-After above its capacity: the governor at work.
+    Throttled,
+    /// One tenant enqueues a large backlog while the others send normally.
+    Flood,
+    /// A recorded peak shape (mixed, throttling, slow, dead endpoints) at 1×, 2× and 4×: oldest
+    /// ready age, pool utilisation, 429 share, with pass/fail verdicts.
+    Replay,
+}
+
+impl Scenario {
+    /// The name used on the command line and in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Throughput => "throughput",
+            Scenario::Scale => "scale",
+            Scenario::SlowConsumer => "slow-consumer",
+            Scenario::DeadEndpoint => "dead-endpoint",
+            Scenario::Throttled => "throttled",
+            Scenario::Flood => "flood",
+            Scenario::Replay => "replay",
+        }
+    }
+}
+
+/// `sluice-bench`.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "sluice-bench",
+    version,
+    about = "Reproducible runs of sluice against slow, dead, throttling and flooding endpoints, with figures and charts"
+)]
+pub struct BenchArgs {
+    /// Which scenario to run.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Seconds of load per phase (scenarios with a baseline run two phases).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// A very short run for CI: checks that the scenario works, not how fast.
+    #[arg(long)]
+    pub smoke: bool,
+    /// The full-size run where it differs (flood: 1,000,000 ready deliveries over 10,000
+    /// endpoints, already in the store, drained beside the healthy tenants).
+    #[arg(long, conflicts_with = "smoke")]
+    pub full: bool,
+    /// Print JSON with every figure and series instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for the SVG charts.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// PostgreSQL for the embedded sluice: throughput, scale and every phase of the mixed
+    /// scenarios run in a fresh database created beside this one (and dropped after it).
+    #[arg(long, conflicts_with = "target")]
+    pub database_url: Option<String>,
+    /// Redis for fleet-wide lanes in the embedded sluice.
+    #[arg(long, conflicts_with = "target")]
+    pub redis_url: Option<String>,
+    /// Drive an already running sluice at this URL (it must allow 127.0.0.0/8 as a destination).
+    #[arg(long, requires = "admin_token")]
+    pub target: Option<String>,
+    /// The operator token of `--target`.
+    #[arg(long)]
+    pub admin_token: Option<String>,
+    /// Where `--target` serves `/metrics`, when it has an `--operator-listen` address
+    /// (default: `/metrics` on `--target`, with the admin token).
+    #[arg(long, requires = "target")]
+    pub metrics_url: Option<String>,
+    /// Global concurrency of the embedded sluice (default: the scenario's).
+    #[arg(long)]
+    pub concurrency: Option<u32>,
+    /// Healthy endpoints (throughput: endpoints of the one tenant; scale: run only this count
+    /// instead of 10, 1,000, 10,000 and 100,000).
+    #[arg(long)]
+    pub endpoints: Option<usize>,
+    /// Events per second each healthy customer sends.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Events per second sent to the slow, dead or throttling endpoint.
+    #[arg(long)]
+    pub bad_rate: Option<f64>,
+    /// How long the slow endpoint (slow-consumer) or the noisy one (flood) takes to answer, ms.
+    #[arg(long)]
+    pub slow_ms: Option<u64>,
+    /// Concurrent producers (throughput, and the flooding tenant).
+    #[arg(long)]
+    pub producers: Option<usize>,
+    /// flood: events the noisy tenant enqueues (with `--full`: ready deliveries already in the
+    /// store when the phase starts).
+    #[arg(long)]
+    pub backlog: Option<u64>,
+    /// flood --full: endpoints of the noisy tenant the backlog is spread over (default 10,000).
+    #[arg(long)]
+    pub backlog_endpoints: Option<usize>,
+    /// throttled: requests the endpoint serves at once before answering 429.
+    #[arg(long)]
+    pub capacity: Option<usize>,
+    /// throttled: seconds in the Retry-After header.
+    #[arg(long)]
+    pub retry_after: Option<u64>,
+    /// scale: endpoints each message reaches (default 1).
+    #[arg(long)]
+    pub fan_out: Option<usize>,
+    /// scale: messages in the burst (default 20,000).
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// replay: the objective for the oldest ready delivery's age, seconds (default 5).
+    #[arg(long)]
+    pub objective: Option<f64>,
+    /// scale: endpoints registered beside the active ones (another tenant, written straight to
+    /// the store, never sent to): what registered-but-idle endpoints cost.
+    #[arg(long)]
+    pub registered: Option<u64>,
+}
+
+impl BenchArgs {
+    /// Load duration of one phase: `--duration`, else `default` seconds (2 s with `--smoke`).
+    pub fn duration(&self, default: f64) -> Duration {
+        let secs = match (self.smoke, self.duration) {
+            (true, Some(d)) => d.min(3.0),
+            (true, None) => 2.0,
+            (false, Some(d)) => d,
+            (false, None) => default,
+        };
+        Duration::from_secs_f64(secs.max(0.5))
+    }
+
+    /// `value` unless smoke, where it is `smoke`.
+    pub fn sized<T>(&self, value: T, smoke: T) -> T {
+        if self.smoke { smoke } else { value }
+    }
+
+    /// What is measured, in words.
+    pub fn describe(&self) -> String {
+        if let Some(target) = &self.target {
+            return format!("target {target} (CPU and memory figures are this bench process only)");
+        }
+        let store = match &self.database_url {
+            Some(_) => "PostgreSQL store",
+            None => "embedded SQLite store (synchronous=FULL)",
+        };
+        let redis = if self.redis_url.is_some() {
+            ", Redis lanes"
+        } else {
+            ""
+        };
+        format!(
+            "sluice in this process with the receivers and producers, {store}{redis}, all on loopback"
+        )
+    }
+}
+
+/// Write the scenario's chart under `--out` and list it in the report.
+pub fn save_chart(
+    args: &BenchArgs,
+    report: &mut Report,
+    title: &str,
+    panels: &[chart::Panel],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out).with_context(|| format!("create {}", args.out.display()))?;
+    let path = args.out.join(format!("{}.svg", args.scenario.name()));
+    chart::draw(&path, title, panels)?;
+    report.charts.push(path.display().to_string());
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = BenchArgs::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?
+        .block_on(run(args))
+}
+
+/// Run the scenario and print its report.
+async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.duration.is_some_and(|d| !(d > 0.0 && d <= 86_400.0)) {
+        anyhow::bail!("--duration must be within (0, 86400] seconds");
+    }
+    let report = match args.scenario {
+        Scenario::Throughput => throughput::run(&args).await?,
+        Scenario::Scale => scale::run(&args).await?,
+        Scenario::SlowConsumer => slow_consumer::run(&args).await?,
+        Scenario::DeadEndpoint => dead_endpoint::run(&args).await?,
+        Scenario::Throttled => throttled::run(&args).await?,
+        Scenario::Flood => flood::run(&args).await?,
+        Scenario::Replay => replay::run(&args).await?,
+    };
+    if args.json {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! What an endpoint's settings must be before they are stored: a destination the egress guard
+//! lets through, event-type filters (exact or `order.*`), limits within their ranges and the
+//! operator's caps, and headers that cannot break or impersonate the delivery.
+
+use std::collections::BTreeMap;
+
+use axum::http::{HeaderName, HeaderValue};
+
+use super::AppState;
+use super::error::Problem;
+
+/// Most headers an endpoint may add.
+pub(crate) const MAX_HEADERS: usize = 32;
+/// Longest header value, bytes.
+const MAX_HEADER_VALUE: usize = 4096;
+/// Most bytes of names and values together.
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Headers an endpoint may not set: hop-by-hop headers (they describe one connection, not the
+/// request), the ones that frame or describe the body sluice sends (setting them would corrupt
+/// the request or lie about it), and `Host`.
+const REFUSED_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "expect",
+];
+
+/// Check a destination URL (scheme, host, every address it resolves to) and return the form to
+/// store: the parsed URL's serialization, which is what the dispatcher will connect to.
+///
+/// Control characters and spaces are refused rather than left to the parser, which strips
+/// tabs, newlines and surrounding spaces silently and percent-encodes the rest: the tenant would
+/// not get what they wrote, and PostgreSQL refuses NUL in text.
+pub(crate) async fn check_destination(state: &AppState, url: &str) -> Result<String, Problem> {
+    if url.len() > 2048 {
+        return Err(Problem::unprocessable(
+            "url",
+            "url must be at most 2048 bytes",
+        ));
+    }
+    if let Some(c) = url.chars().find(|c| c.is_control() || *c == ' ') {
+        return Err(Problem::unprocessable(
+            "url",
+            format!("url must not contain control characters or spaces (found {c:?})"),
+        ));
+    }
+    let parsed = state
+        .egress
+        .check_url(url)
+        .map_err(|e| Problem::unprocessable("url", e.to_string()))?;
+    if let Some(url::Host::Domain(host)) = parsed.host() {
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        state
+            .egress
+            .resolve_checked(host, port)
+            .await
+            .map_err(|e| Problem::unprocessable("url", e.to_string()))?;
+    }
+    let normal: String = parsed.into();
+    if normal.len() > 2048 {
+        return Err(Problem::unprocessable(
+            "url",
+            "url must be at most 2048 bytes once normalised",
+        ));
+    }
+    Ok(normal)
+}
+
+/// Endpoint filters: each an event type, a prefix pattern (`order.*`, `order.paid.*`: every
+/// type below that dot), or `*` (every type).
+pub(crate) fn check_event_types(types: &[String]) -> Result<(), Problem> {
+    if types.len() > 100 {
+        return Err(Problem::unprocessable(
+            "event_types",
+            "at most 100 event types",
+        ));
+    }
+    for t in types {
+        let exact = match t.strip_suffix(".*") {
+            _ if t == "*" => continue,
+            Some(prefix) => prefix,
+            None => t,
+        };
+        if exact.contains('*') || super::messages::check_event_type(exact).is_err() {
+            return Err(Problem::unprocessable(
+                "event_types",
+                format!(
+                    "event type filter {t:?} must be an event type (1–256 of A-Z a-z 0-9 . _ - :), \
+                     a prefix pattern like order.* or *"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Check an endpoint's headers and return them with lower-case names; a problem names the
+/// header at fault as `headers.NAME`.
+pub(crate) fn check_headers(
+    headers: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, Problem> {
+    if headers.len() > MAX_HEADERS {
+        return Err(Problem::unprocessable(
+            "headers",
+            format!("at most {MAX_HEADERS} headers"),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    let mut bytes = 0;
+    for (given, value) in headers {
+        let field = format!("headers.{given}");
+        let refuse = |why: String| Err(Problem::unprocessable(&field, why));
+        let Ok(name) = HeaderName::from_bytes(given.as_bytes()) else {
+            return refuse(format!("{given:?} is not a valid header name"));
+        };
+        let lower = name.as_str();
+        if lower.starts_with("webhook-") {
+            return refuse(format!(
+                "{given} is refused: webhook-* headers are sluice's own (id, timestamp, signature)"
+            ));
+        }
+        if REFUSED_HEADERS.contains(&lower) {
+            return refuse(format!(
+                "{given} is refused: hop-by-hop and body-framing headers are set by sluice"
+            ));
+        }
+        if value.len() > MAX_HEADER_VALUE || HeaderValue::from_str(value).is_err() {
+            return refuse(format!(
+                "the value of {given} must be at most {MAX_HEADER_VALUE} bytes of visible ASCII, \
+                 spaces and tabs"
+            ));
+        }
+        bytes += lower.len() + value.len();
+        if out.insert(lower.to_owned(), value.clone()).is_some() {
+            return refuse(format!(
+                "{given} is given twice (names are case-insensitive)"
+            ));
+        }
+    }
+    if bytes > MAX_HEADER_BYTES {
+        return Err(Problem::unprocessable(
+            "headers",
+            format!("headers must be at most {MAX_HEADER_BYTES} bytes in all"),
+        ));
+    }
+    Ok(out)
+}
+
+/// Lane, ceiling and timeouts, each within its range (timeouts within the operator's caps).
+pub(crate) fn check_limits(
+    state: &AppState,
+    lane: Option<u32>,
+    ceiling: Option<u32>,
+    timeouts: [Option<u32>; 3],
+) -> Result<(), Problem> {
+    if let Some(n) = lane
+        && !(1..=10_000).contains(&n)
+    {
+        return Err(Problem::unprocessable(
+            "lane_size",
+            "lane_size must be 1–10000",
+        ));
+    }
+    if let Some(ms) = ceiling
+        && !(100..=3_600_000).contains(&ms)
+    {
+        return Err(Problem::unprocessable(
+            "latency_ceiling_ms",
+            "latency_ceiling_ms must be 100–3600000",
+        ));
+    }
+    let caps = state.settings.timeout_caps;
+    let named = [
+        ("connect_timeout_ms", caps.connect),
+        ("read_timeout_ms", caps.read),
+        ("total_timeout_ms", caps.total),
+    ];
+    for ((field, cap), value) in named.into_iter().zip(timeouts) {
+        if let Some(ms) = value
+            && (ms == 0 || u128::from(ms) > cap.as_millis())
+        {
+            return Err(Problem::unprocessable(
+                field,
+                format!("{field} must be 1–{} (the operator's cap)", cap.as_millis()),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! Tenants and their endpoints as the operator sees them: enabled or paused, breaker state,
+//! governor limit, lane in force and in flight, p95 and rates (each from the API's
+//! `endpoint_status`); and a portal link made for a tenant, to open its portal.
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::Operator;
+use crate::api::status::{EndpointStatus, endpoint_status};
+use crate::api::views::{check_id, looks_like_id};
+use crate::console::Console;
+use crate::console::guard::CsrfForm;
+use crate::console::links::{Empty, base_url, issue};
+use crate::console::page::{self, ConsoleError, post_button};
+use crate::store::Endpoint;
+
+/// Tenants per page.
+const TENANTS: u32 = 20;
+/// Endpoints shown per tenant.
+const ENDPOINTS: u32 = 50;
+
+/// `?after=` of the list.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TenantsQuery {
+    after: String,
+}
+
+fn endpoint_row(e: &Endpoint, st: Option<&EndpointStatus>) -> Markup {
+    let dash = || "—".to_owned();
+    html! {
+        tr {
+            td.wide data-label="Endpoint" { span.url { (e.url) } br; span.muted.mono { (e.id) } }
+            td data-label="State" {
+                @if e.enabled { span.badge.ok { "enabled" } } @else { span.badge.paused title=[e.disabled_reason.as_deref()] { "paused" } }
+            }
+            td data-label="Breaker" {
+                @match st.and_then(|s| s.breaker_state.as_deref()) {
+                    Some(b) => span class={"badge " (b)} { (b.replace('_', " ")) },
+                    None => span.muted { "—" },
+                }
+            }
+            td.num data-label="Governor" { (st.and_then(|s| s.governor_limit).map_or_else(dash, |l| format!("{l:.1}"))) }
+            td.num data-label="Lane" { (st.map_or_else(dash, |s| format!("{} / {}", s.effective_lane, s.lane_size))) }
+            td.num data-label="In flight" { (st.and_then(|s| s.in_flight).map_or_else(dash, |n| n.to_string())) }
+            td.num data-label="p95" { (page::secs(st.and_then(|s| s.p95_s))) }
+            td.num data-label="Delivered" { (st.map_or_else(dash, |s| page::rate(s.delivered_per_s))) }
+            td.num data-label="Shed" { (st.map_or_else(dash, |s| page::pct(s.shed_share))) }
+        }
+    }
+}
+
+/// `GET /console/admin/tenants`
+pub async fn list(
+    State(console): State<Console>,
+    operator: Operator,
+    Query(q): Query<TenantsQuery>,
+) -> Result<Markup, ConsoleError> {
+    let store = &console.app.store;
+    let after = (!q.after.is_empty() && looks_like_id(&q.after)).then_some(q.after.as_str());
+    let tenants = store.list_tenants(after, TENANTS).await?;
+    let mut sections = Vec::with_capacity(tenants.len());
+    for t in &tenants {
+        let endpoints = store.list_endpoints(&t.id, None, ENDPOINTS).await?;
+        let mut rows = Vec::new();
+        for e in endpoints.into_iter().filter(|e| !e.operational) {
+            // Only live figures here: the store-backed ones read each endpoint's attempts.
+            let st = if console.app.dispatcher.is_some() {
+                endpoint_status(&console.app, &t.id, &e.id).await.ok()
+            } else {
+                None
+            };
+            rows.push((e, st));
+        }
+        sections.push((t, rows));
+    }
+    let body = html! {
+        div data-refresh="15" {}
+        h1 { "Tenants" }
+        @if console.app.dispatcher.is_none() {
+            p.note { "This process runs no dispatcher: breaker, governor and lane figures live in the dispatcher processes (see /metrics)." }
+        }
+        @if sections.is_empty() { section.panel { p { "No tenants yet: create one with POST /v1/tenants." } } }
+        div data-live="tenants" {
+            @for (t, rows) in &sections {
+                section.panel.tenant id={"tenant-" (t.id)} {
+                    div.row {
+                        h2 { (t.name) }
+                        span.muted.mono { (t.id) }
+                        (post_button(&format!("/console/admin/tenants/{}/portal-link", t.id), &operator.csrf, "Portal link", ""))
+                    }
+                    @if rows.is_empty() { p.muted { "No endpoints." } }
+                    @else {
+                        div.scroll {
+                            table.cards {
+                                thead { tr { th { "Endpoint" } th { "State" } th { "Breaker" } th.num { "Governor" } th.num { "Lane" } th.num { "In flight" } th.num { "p95" } th.num { "Delivered" } th.num { "Shed" } } }
+                                tbody { @for (e, st) in rows { (endpoint_row(e, st.as_ref())) } }
+                            }
+                        }
+                        @if rows.len() as u32 >= ENDPOINTS { p.note { "The first " (ENDPOINTS) " endpoints." } }
+                    }
+                }
+            }
+        }
+        @if tenants.len() as u32 >= TENANTS {
+            @if let Some(last) = tenants.last() {
+                div.pager { span {} a href={"/console/admin/tenants?after=" (last.id)} { "Next →" } }
+            }
+        }
+    };
+    Ok(operator.page("Tenants", body))
+}
+
+/// `POST /console/admin/tenants/{id}/portal-link`: a one-time link into this tenant's portal.
+pub async fn portal_link(
+    State(console): State<Console>,
+    operator: Operator,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    CsrfForm(_): CsrfForm<Empty>,
+) -> Result<Markup, ConsoleError> {
+    check_id("tenant", &id)?;
+    let tenant = console.app.store.tenant(&id).await?;
+    let ttl = console
+        .settings()
+        .link_ttl
+        .as_secs()
+        .min(u64::from(u32::MAX)) as u32;
+    let link = issue(&console.app, &tenant, ttl, base_url(&console.app, &headers)).await?;
+    let body = html! {
+        section.narrow {
+            h1 { "Portal link for " (tenant.name) }
+            p { "It opens this tenant's portal once, until " (page::time(link.expires_at.0)) "." }
+            code.secret id="link" { (link.url) }
+            p.actions { button type="button" data-copy="link" hidden { "Copy" } a.button href="/console/admin/tenants" { "Back to tenants" } }
+            p.note { "Opening it here replaces your operator session with the tenant's: use a private window to keep both." }
+        }
+    };
+    Ok(operator.page("Portal link", body))
+}

@@ -1,0 +1,281 @@
+//! The endpoint form: its fields as text, parsed into the API's own `CreateEndpoint` and
+//! `UpdateEndpoint`, so the checks that follow (egress guard, field ranges, the operator's
+//! timeout caps) are the API's, and its errors come back next to the field at fault.
+
+use std::collections::BTreeMap;
+
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use crate::api::endpoints::{CreateEndpoint, UpdateEndpoint};
+use crate::api::error::Problem;
+use crate::console::page::csrf_field;
+use crate::store::Endpoint;
+
+/// The form as submitted (all text; blank means "not set").
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct EndpointForm {
+    /// Destination URL.
+    pub url: String,
+    /// Free text.
+    pub description: String,
+    /// Event types, separated by commas, spaces or new lines; blank for all.
+    pub event_types: String,
+    /// Lane size override.
+    pub lane_size: String,
+    /// Latency breaker ceiling, ms.
+    pub latency_ceiling_ms: String,
+    /// Connect timeout, ms.
+    pub connect_timeout_ms: String,
+    /// Read timeout, ms.
+    pub read_timeout_ms: String,
+    /// Total deadline, ms.
+    pub total_timeout_ms: String,
+    /// Headers sent with every attempt, one `Name: value` per line.
+    pub headers: String,
+}
+
+/// A field and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The form field (the API's field name).
+    pub field: String,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl From<Problem> for FieldError {
+    fn from(p: Problem) -> Self {
+        Self {
+            field: p.field.unwrap_or_default(),
+            detail: p.detail,
+        }
+    }
+}
+
+fn text(n: Option<u32>) -> String {
+    n.map(|n| n.to_string()).unwrap_or_default()
+}
+
+impl From<&Endpoint> for EndpointForm {
+    fn from(e: &Endpoint) -> Self {
+        Self {
+            url: e.url.clone(),
+            description: e.description.clone(),
+            event_types: e.event_types.join(", "),
+            lane_size: text(e.lane_size),
+            latency_ceiling_ms: text(e.latency_ceiling_ms),
+            connect_timeout_ms: text(e.connect_timeout_ms),
+            read_timeout_ms: text(e.read_timeout_ms),
+            total_timeout_ms: text(e.total_timeout_ms),
+            headers: e
+                .headers
+                .iter()
+                .map(|(name, value)| format!("{name}: {value}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+/// `Name: value` lines as a header table (blank lines skipped); the API checks the names and
+/// values, and its problems name the header (`headers.NAME`), shown next to this field.
+fn header_lines(text: &str) -> Result<BTreeMap<String, String>, FieldError> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':').ok_or_else(|| FieldError {
+            field: "headers".into(),
+            detail: format!("{line:?} is not a header: write Name: value, one per line"),
+        })?;
+        out.insert(name.trim().to_owned(), value.trim().to_owned());
+    }
+    Ok(out)
+}
+
+fn number(field: &str, value: &str) -> Result<Option<u32>, FieldError> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|_| FieldError {
+        field: field.to_owned(),
+        detail: format!("{field} must be a whole number, or blank for the default"),
+    })
+}
+
+impl EndpointForm {
+    fn types(&self) -> Vec<String> {
+        self.event_types
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The API request that creates this endpoint.
+    pub fn to_create(&self) -> Result<CreateEndpoint, FieldError> {
+        Ok(CreateEndpoint {
+            url: self.url.trim().to_owned(),
+            event_types: self.types(),
+            description: self.description.trim().to_owned(),
+            lane_size: number("lane_size", &self.lane_size)?,
+            latency_ceiling_ms: number("latency_ceiling_ms", &self.latency_ceiling_ms)?,
+            connect_timeout_ms: number("connect_timeout_ms", &self.connect_timeout_ms)?,
+            read_timeout_ms: number("read_timeout_ms", &self.read_timeout_ms)?,
+            total_timeout_ms: number("total_timeout_ms", &self.total_timeout_ms)?,
+            headers: header_lines(&self.headers)?,
+            ..CreateEndpoint::default()
+        })
+    }
+
+    /// The API request that makes an endpoint match this form (blank overrides are cleared).
+    pub fn to_update(&self) -> Result<UpdateEndpoint, FieldError> {
+        Ok(UpdateEndpoint {
+            url: Some(self.url.trim().to_owned()),
+            event_types: Some(self.types()),
+            description: Some(self.description.trim().to_owned()),
+            enabled: None,
+            lane_size: Some(number("lane_size", &self.lane_size)?),
+            latency_ceiling_ms: Some(number("latency_ceiling_ms", &self.latency_ceiling_ms)?),
+            connect_timeout_ms: Some(number("connect_timeout_ms", &self.connect_timeout_ms)?),
+            read_timeout_ms: Some(number("read_timeout_ms", &self.read_timeout_ms)?),
+            total_timeout_ms: Some(number("total_timeout_ms", &self.total_timeout_ms)?),
+            headers: Some(header_lines(&self.headers)?),
+        })
+    }
+}
+
+/// The headers field: one `Name: value` per line; an error about any header (the API names
+/// it `headers.NAME`) is shown here.
+fn custom_headers(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
+    let wrong = error.filter(|e| e.field == "headers" || e.field.starts_with("headers."));
+    html! {
+        label for="f-headers" {
+            "Headers " span.hint { "sent with every attempt, one Name: value per line; optional" }
+        }
+        textarea id="f-headers" name="headers" rows="3" { (form.headers) }
+        @if let Some(e) = wrong { p.field-error role="alert" { (e.detail) } }
+    }
+}
+
+/// What the form needs besides its values.
+pub struct FormContext<'a> {
+    /// Where it posts.
+    pub action: &'a str,
+    /// CSRF token.
+    pub csrf: &'a str,
+    /// The submit button's text.
+    pub submit: &'a str,
+    /// The operator's default lane size, for the hint.
+    pub default_lane: u32,
+}
+
+fn field(
+    name: &str,
+    label: &str,
+    hint: &str,
+    kind: &str,
+    value: &str,
+    error: Option<&FieldError>,
+) -> Markup {
+    let id = format!("f-{name}");
+    let wrong = error.filter(|e| e.field == name);
+    let numeric = (name == "lane_size" || name.ends_with("_ms")).then_some("numeric");
+    html! {
+        label for=(id) { (label) " " span.hint { (hint) } }
+        input id=(id) type=(kind) name=(name) value=(value) inputmode=[numeric];
+        @if let Some(e) = wrong { p.field-error role="alert" { (e.detail) } }
+    }
+}
+
+/// The endpoint form with `values`, and `error` next to its field (or on top when the field
+/// is not one of the form's).
+pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldError>) -> Markup {
+    const FIELDS: [&str; 8] = [
+        "url",
+        "description",
+        "event_types",
+        "lane_size",
+        "latency_ceiling_ms",
+        "connect_timeout_ms",
+        "read_timeout_ms",
+        "total_timeout_ms",
+    ];
+    let general = error.filter(|e| {
+        !FIELDS.contains(&e.field.as_str())
+            && e.field != "headers"
+            && !e.field.starts_with("headers.")
+    });
+    let advanced_open = error.is_some_and(|e| e.field.ends_with("_ms"));
+    let lane_hint = format!(
+        "concurrent deliveries; blank for the default of {}",
+        ctx.default_lane
+    );
+    html! {
+        form.endpoint method="post" action=(ctx.action) {
+            (csrf_field(ctx.csrf))
+            @if let Some(e) = general { p.form-error role="alert" { (e.detail) } }
+            (field("url", "URL", "where webhooks are POSTed (http or https)", "url", &values.url, error))
+            (field("description", "Description", "optional", "text", &values.description, error))
+            (field("event_types", "Event types", "comma-separated; blank for every type", "text", &values.event_types, error))
+            (field("lane_size", "Lane size", &lane_hint, "text", &values.lane_size, error))
+            (custom_headers(values, error))
+            details open[advanced_open] {
+                summary { "Latency ceiling and timeouts" }
+                (field("latency_ceiling_ms", "Latency ceiling (ms)", "the breaker opens when the p95 stays above it; blank for the default", "text", &values.latency_ceiling_ms, error))
+                (field("connect_timeout_ms", "Connect timeout (ms)", "blank for the default", "text", &values.connect_timeout_ms, error))
+                (field("read_timeout_ms", "Read timeout (ms)", "blank for the default", "text", &values.read_timeout_ms, error))
+                (field("total_timeout_ms", "Total deadline (ms)", "blank for the default", "text", &values.total_timeout_ms, error))
+            }
+            p { button.primary type="submit" { (ctx.submit) } }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blanks_are_defaults_and_numbers_are_checked() {
+        let form = EndpointForm {
+            url: " https://example.com/hook ".into(),
+            event_types: "order.created, order.paid\ninvoice.sent".into(),
+            lane_size: "4".into(),
+            ..Default::default()
+        };
+        let c = form.to_create().unwrap();
+        assert_eq!(c.url, "https://example.com/hook");
+        assert_eq!(
+            c.event_types,
+            ["order.created", "order.paid", "invoice.sent"]
+        );
+        assert_eq!((c.lane_size, c.read_timeout_ms), (Some(4), None));
+        let u = form.to_update().unwrap();
+        assert_eq!(u.lane_size, Some(Some(4)));
+        assert_eq!(u.total_timeout_ms, Some(None));
+        let bad = EndpointForm {
+            lane_size: "four".into(),
+            ..Default::default()
+        };
+        assert_eq!(bad.to_create().unwrap_err().field, "lane_size");
+    }
+
+    #[test]
+    fn header_lines_become_the_header_table() {
+        let form = EndpointForm {
+            url: "https://example.com/hook".into(),
+            headers: "X-Route: eu-1\n\n  Authorization: Bearer a:b  ".into(),
+            ..Default::default()
+        };
+        let c = form.to_create().unwrap();
+        assert_eq!(c.headers["X-Route"], "eu-1");
+        assert_eq!(c.headers["Authorization"], "Bearer a:b");
+        let bad = EndpointForm {
+            headers: "no colon here".into(),
+            ..form
+        };
+        assert_eq!(bad.to_update().unwrap_err().field, "headers");
+    }
+}

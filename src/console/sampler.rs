@@ -1,0 +1,186 @@
+//! Readings of this process's metrics every [`INTERVAL`], kept for [`KEEP`]: the dashboard's
+//! rates and charts are differences between readings, and the occupancy share per host is the
+//! growth of `delivery_duration_seconds_sum{host}` over the last minutes divided by the growth of
+//! its sum over every host,
+//! the same arithmetic `sluice plan` does on two scrapes.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::metrics::Metrics;
+use crate::plan::Scrape;
+
+/// Time between readings.
+pub const INTERVAL: Duration = Duration::from_secs(10);
+/// How far back readings are kept.
+pub const KEEP: Duration = Duration::from_secs(15 * 60);
+
+/// One reading of the metrics.
+#[derive(Clone)]
+pub struct Reading {
+    /// When it was taken.
+    pub at: Instant,
+    /// The same, epoch ms.
+    pub at_ms: i64,
+    /// Every sample.
+    pub scrape: Arc<Scrape>,
+}
+
+/// The readings, oldest first.
+pub struct Sampler {
+    metrics: Weak<Metrics>,
+    ring: Mutex<VecDeque<Reading>>,
+}
+
+impl Sampler {
+    /// Start reading `metrics` in the background; the task ends when the metrics are dropped.
+    pub fn start(metrics: &Arc<Metrics>) -> Arc<Sampler> {
+        let sampler = Arc::new(Sampler {
+            metrics: Arc::downgrade(metrics),
+            ring: Mutex::new(VecDeque::new()),
+        });
+        sampler.record();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let weak = Arc::downgrade(&sampler);
+            rt.spawn(async move {
+                let mut tick = tokio::time::interval(INTERVAL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await;
+                loop {
+                    tick.tick().await;
+                    match weak.upgrade() {
+                        Some(s) if s.metrics.strong_count() > 0 => s.record(),
+                        _ => break,
+                    }
+                }
+            });
+        }
+        sampler
+    }
+
+    /// A reading taken now (not kept).
+    pub fn now(&self) -> Option<Reading> {
+        let metrics = self.metrics.upgrade()?;
+        // The registry's own text cannot fail to parse; an empty scrape if it ever did.
+        let scrape = Scrape::parse(&metrics.encode()).unwrap_or_default();
+        Some(Reading {
+            at: Instant::now(),
+            at_ms: crate::clock::now_ms(),
+            scrape: Arc::new(scrape),
+        })
+    }
+
+    fn record(&self) {
+        let Some(reading) = self.now() else { return };
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.push_back(reading);
+        while ring
+            .front()
+            .is_some_and(|r| r.at.elapsed() > KEEP + INTERVAL)
+        {
+            ring.pop_front();
+        }
+    }
+
+    /// Every kept reading, oldest first.
+    pub fn readings(&self) -> Vec<Reading> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.iter().cloned().collect()
+    }
+
+    /// The newest kept reading at least `age` old, else the oldest one (None when the oldest
+    /// is younger than a second: too short to be a rate).
+    pub fn baseline(&self, age: Duration) -> Option<Reading> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.iter()
+            .rev()
+            .find(|r| r.at.elapsed() >= age)
+            .or_else(|| ring.front())
+            .filter(|r| r.at.elapsed() >= Duration::from_secs(1))
+            .cloned()
+    }
+}
+
+/// Counter `name` (summed over labels) per second between two readings; reset-aware.
+pub fn rate_between(before: &Reading, after: &Reading, name: &str) -> f64 {
+    let elapsed = after.at.duration_since(before.at).as_secs_f64();
+    if elapsed <= 0.0 {
+        return 0.0;
+    }
+    let b = before.scrape.sum(name).unwrap_or(0.0);
+    let a = after.scrape.sum(name).unwrap_or(0.0);
+    crate::plan::counter_delta(b, a) / elapsed
+}
+
+/// Share of attempt-seconds per destination host between two readings, largest first: the
+/// growth of each host's `delivery_duration_seconds_sum` over the growth of all of them.
+pub fn occupancy_shares(before: &Reading, after: &Reading) -> Vec<(String, f64, f64)> {
+    let base = "delivery_duration_seconds";
+    let earlier = before.scrape.histograms(base, Some("host"));
+    let deltas: Vec<(String, f64)> = after
+        .scrape
+        .histograms(base, Some("host"))
+        .into_iter()
+        .map(|(host, h)| {
+            let d = h.delta(&earlier.get(&host).cloned().unwrap_or_default());
+            (host, d.sum.max(0.0))
+        })
+        .collect();
+    let total: f64 = deltas.iter().map(|(_, s)| s).sum();
+    let mut out: Vec<(String, f64, f64)> = deltas
+        .into_iter()
+        .filter(|(_, s)| *s > 0.0)
+        .map(|(host, s)| (host, s / total, s))
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(text: &str, at: Instant) -> Reading {
+        Reading {
+            at,
+            at_ms: 0,
+            scrape: Arc::new(Scrape::parse(text).expect("metrics text")),
+        }
+    }
+
+    #[test]
+    fn shares_are_worker_seconds_per_host() {
+        let t0 = Instant::now();
+        let before = reading(
+            "delivery_duration_seconds_sum{host=\"a\"} 10\n\
+             delivery_duration_seconds_count{host=\"a\"} 10\n\
+             delivery_duration_seconds_sum{host=\"b\"} 5\n\
+             delivery_duration_seconds_count{host=\"b\"} 5\n",
+            t0,
+        );
+        let after = reading(
+            "delivery_duration_seconds_sum{host=\"a\"} 40\n\
+             delivery_duration_seconds_count{host=\"a\"} 20\n\
+             delivery_duration_seconds_sum{host=\"b\"} 15\n\
+             delivery_duration_seconds_count{host=\"b\"} 15\n\
+             delivery_duration_seconds_sum{host=\"c\"} 0\n\
+             delivery_duration_seconds_count{host=\"c\"} 0\n",
+            t0 + Duration::from_secs(10),
+        );
+        let shares = occupancy_shares(&before, &after);
+        assert_eq!(shares.len(), 2);
+        assert_eq!(shares[0].0, "a");
+        assert!((shares[0].1 - 0.75).abs() < 1e-9);
+        assert!((shares[1].1 - 0.25).abs() < 1e-9);
+        let r = rate_between(
+            &reading("webhook_deliveries_ok_total{endpoint=\"x\"} 5\n", t0),
+            &reading(
+                "webhook_deliveries_ok_total{endpoint=\"x\"} 25\n",
+                t0 + Duration::from_secs(10),
+            ),
+            "webhook_deliveries_ok_total",
+        );
+        assert!((r - 2.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,280 @@
+//! What one finished attempt changes in its endpoint's state, decided under the state's lock:
+//! pure, so each rule is tested alone. The caller then writes what it returns (breaker events,
+//! the failing-since mark, a disable) outside the lock.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::endpoints::EndpointState;
+use crate::admission::breaker::Transition;
+use crate::admission::governor;
+use crate::config::DispatchSettings;
+use crate::delivery::Decision;
+
+/// How an attempt moves the endpoint's unbroken run of failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailingChange {
+    /// Nothing to write.
+    Unchanged,
+    /// A run of failures began now (milliseconds since the epoch).
+    Began(i64),
+    /// The run ended: the endpoint answered.
+    Ended,
+    /// Failing since then for at least the auto-disable period: disable the endpoint.
+    Disable {
+        /// When the run began.
+        since_ms: i64,
+    },
+}
+
+/// What the caller must do after the lock is released.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effects {
+    /// A breaker transition to record as an endpoint event.
+    pub transition: Option<Transition>,
+    /// The change to the failing-since mark, or a disable.
+    pub failing: FailingChange,
+}
+
+/// How often an endpoint's lane is sized again from its window.
+pub const LANE_RESIZE: Duration = Duration::from_secs(5);
+
+/// Apply one attempt that took `took`, decided as `decision`, to `state`: the governor (the one
+/// place a Retry-After pause is decided, capped at `max_pause`, never shortening a longer one;
+/// its ceiling is the endpoint's lane, `lane`), the evidence window and the lane sized from it,
+/// the service-time average claims are sized by, the breaker, and the run of failures. An
+/// endpoint the decision disables itself (410 Gone) is not also auto-disabled.
+pub fn conclude(
+    state: &mut EndpointState,
+    settings: &DispatchSettings,
+    decision: &Decision,
+    took: Duration,
+    lane: u32,
+    now: Instant,
+    now_ms: i64,
+) -> Effects {
+    let sent_at = now.checked_sub(took).unwrap_or(now);
+    let governor_settings = governor::GovernorSettings {
+        ceiling: settings
+            .governor
+            .ceiling
+            .min(f64::from(lane))
+            .max(settings.governor.floor),
+        ..settings.governor.clone()
+    };
+    state.governor = governor::step_sent(
+        &governor_settings,
+        state.governor,
+        &decision.observation,
+        sent_at,
+        now,
+    );
+    state.window.record(now, took, decision.kind);
+    state.resize_lane(settings.lane_headroom, LANE_RESIZE, now);
+    state.service_ewma = Some(match state.service_ewma {
+        Some(avg) => avg.mul_f64(0.8) + took.mul_f64(0.2),
+        None => took,
+    });
+    let transition = state.breaker.record(now, took, decision.failed);
+    let mut failing = match (decision.failed, state.failing_since_ms) {
+        (true, None) => {
+            state.failing_since_ms = Some(now_ms);
+            FailingChange::Began(now_ms)
+        }
+        (false, Some(_)) => {
+            state.failing_since_ms = None;
+            FailingChange::Ended
+        }
+        _ => FailingChange::Unchanged,
+    };
+    if let Some(since_ms) = state.failing_since_ms
+        && now_ms - since_ms >= settings.auto_disable_after.as_millis() as i64
+        && decision.disable.is_none()
+    {
+        failing = FailingChange::Disable { since_ms };
+    }
+    Effects {
+        transition,
+        failing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::breaker::{Breaker, BreakerSettings};
+    use crate::admission::governor::{GovernorState, Observation};
+    use crate::stats::Window;
+    use crate::store::SettleOutcome;
+
+    fn state(now: Instant) -> EndpointState {
+        let settings = DispatchSettings::default();
+        EndpointState {
+            target: Err("not needed".into()),
+            enabled: true,
+            lane_override: None,
+            loaded_at: now,
+            governor: GovernorState::new(&settings.governor),
+            breaker: Breaker::new(BreakerSettings::default(), now),
+            window: Window::new(now, Duration::from_secs(300), 10),
+            failing_since_ms: None,
+            host: "example.com".into(),
+            service_ewma: None,
+            measured_lane: None,
+            lane_sized_at: None,
+        }
+    }
+
+    fn decision(failed: bool, observation: Observation, disable: Option<&str>) -> Decision {
+        Decision {
+            outcome: SettleOutcome::Delivered,
+            observation,
+            pause: None,
+            disable: disable.map(str::to_owned),
+            failed,
+            kind: if failed {
+                crate::stats::AttemptKind::Other
+            } else {
+                crate::stats::AttemptKind::Delivered
+            },
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(40);
+
+    /// The first failure starts the run; more failures leave it; a success ends it.
+    #[test]
+    fn a_run_of_failures_begins_once_and_ends_on_success() {
+        let (settings, now) = (DispatchSettings::default(), Instant::now());
+        let mut s = state(now);
+        let fail = decision(true, Observation::OtherFailure, None);
+        let e = conclude(&mut s, &settings, &fail, MS, 8, now, 1_000);
+        assert_eq!(e.failing, FailingChange::Began(1_000));
+        let e = conclude(&mut s, &settings, &fail, MS, 8, now, 2_000);
+        assert_eq!(e.failing, FailingChange::Unchanged);
+        assert_eq!(s.failing_since_ms, Some(1_000));
+        let ok = decision(false, Observation::Success, None);
+        let e = conclude(&mut s, &settings, &ok, MS, 8, now, 3_000);
+        assert_eq!(e.failing, FailingChange::Ended);
+        assert_eq!(s.failing_since_ms, None);
+    }
+
+    /// Failing for the whole auto-disable period disables the endpoint; a 410 that disables it
+    /// by itself is not reported twice.
+    #[test]
+    fn failing_past_the_period_disables_unless_the_answer_already_does() {
+        let (settings, now) = (DispatchSettings::default(), Instant::now());
+        let period = settings.auto_disable_after.as_millis() as i64;
+        let mut s = state(now);
+        let fail = decision(true, Observation::OtherFailure, None);
+        conclude(&mut s, &settings, &fail, MS, 8, now, 0);
+        let e = conclude(&mut s, &settings, &fail, MS, 8, now, period - 1);
+        assert_eq!(e.failing, FailingChange::Unchanged);
+        let e = conclude(&mut s, &settings, &fail, MS, 8, now, period);
+        assert_eq!(e.failing, FailingChange::Disable { since_ms: 0 });
+        let gone = decision(
+            true,
+            Observation::OtherFailure,
+            Some("endpoint answered 410 Gone"),
+        );
+        let e = conclude(&mut s, &settings, &gone, MS, 8, now, period + 1);
+        assert_eq!(e.failing, FailingChange::Unchanged);
+    }
+
+    /// A 429 with Retry-After pauses the endpoint through the governor, capped at `max_pause`.
+    #[test]
+    fn retry_after_pauses_through_the_governor_only() {
+        let (settings, now) = (DispatchSettings::default(), Instant::now());
+        let mut s = state(now);
+        let throttled = decision(
+            true,
+            Observation::Throttled {
+                retry_after: Some(Duration::from_secs(30)),
+            },
+            None,
+        );
+        conclude(&mut s, &settings, &throttled, MS, 8, now, 0);
+        assert_eq!(s.governor.paused_until, Some(now + Duration::from_secs(30)));
+        let forever = decision(
+            true,
+            Observation::Throttled {
+                retry_after: Some(Duration::from_secs(30 * 86_400)),
+            },
+            None,
+        );
+        conclude(&mut s, &settings, &forever, MS, 8, now, 0);
+        assert_eq!(
+            s.governor.paused_until,
+            Some(now + settings.governor.max_pause)
+        );
+    }
+
+    /// Service time feeds the average claims are sized by: the first attempt sets it, later
+    /// ones move it by a fifth of the difference.
+    #[test]
+    fn the_service_average_moves_by_a_fifth() {
+        let (settings, now) = (DispatchSettings::default(), Instant::now());
+        let mut s = state(now);
+        let ok = decision(false, Observation::Success, None);
+        conclude(
+            &mut s,
+            &settings,
+            &ok,
+            Duration::from_millis(100),
+            8,
+            now,
+            0,
+        );
+        assert_eq!(s.service_ewma, Some(Duration::from_millis(100)));
+        conclude(
+            &mut s,
+            &settings,
+            &ok,
+            Duration::from_millis(600),
+            8,
+            now,
+            0,
+        );
+        assert_eq!(s.service_ewma, Some(Duration::from_millis(200)));
+        assert_eq!(s.window.snapshot(now).samples, 2);
+    }
+
+    /// The governor never grows past the endpoint's lane: its ceiling is the lane.
+    #[test]
+    fn the_governor_ceiling_is_the_lane() {
+        let (settings, now) = (DispatchSettings::default(), Instant::now());
+        let mut s = state(now);
+        let ok = decision(false, Observation::Success, None);
+        for i in 0..2_000u64 {
+            let at = now + Duration::from_millis(i);
+            conclude(&mut s, &settings, &ok, MS, 3, at, 0);
+        }
+        assert_eq!(s.governor.limit, 3.0);
+    }
+
+    /// 20 deliveries/s answered in 200 ms hold 4 attempts on average: once the window has
+    /// enough of them the lane is ⌈4 × 1.5⌉ = 6; before that, the default; an override wins.
+    #[test]
+    fn the_lane_follows_littles_law_once_measured() {
+        let (settings, now) = (DispatchSettings::default(), Instant::now());
+        let mut s = state(now);
+        let ok = decision(false, Observation::Success, None);
+        assert_eq!(s.lane_basis(), super::super::endpoints::LaneBasis::Default);
+        for i in 0..200u64 {
+            let at = now + Duration::from_millis(50 * i);
+            s.window.record_offered(at);
+            conclude(&mut s, &settings, &ok, Duration::from_millis(200), 8, at, 0);
+        }
+        // 6, or 7 when the window's count and span round the rate just above 20/s.
+        let lane = s.measured_lane.expect("measured");
+        assert!((6..=7).contains(&lane), "lane {lane}");
+        assert_eq!(s.lane_size(&settings, 512), lane);
+        assert_eq!(s.lane_basis(), super::super::endpoints::LaneBasis::Measured);
+        // The fairness ceiling still caps it, and an operator's lane overrides it.
+        assert_eq!(s.lane_size(&settings, 16), 4);
+        s.lane_override = Some(2);
+        assert_eq!(s.lane_size(&settings, 512), 2);
+        assert_eq!(s.lane_basis(), super::super::endpoints::LaneBasis::Override);
+    }
+}

@@ -1,0 +1,87 @@
+//! The heartbeat: every `--heartbeat-interval` this dispatcher writes its load (in flight,
+//! arrivals per second, mean service time, concurrency and capacity) to the store, so any
+//! process, an API-only one included, computes the fleet's scale signal from the live fleet
+//! without Redis. At drain the row is marked draining at once (the dispatcher no longer counts
+//! as a replica) and deleted when the drain ends; rows of dispatchers that died without draining
+//! go stale (three intervals) and are purged after [`PURGE_AFTER_INTERVALS`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{Ctx, Look};
+use crate::store::Heartbeat;
+
+/// Heartbeats older than this many intervals are deleted by whichever dispatcher beats next.
+pub const PURGE_AFTER_INTERVALS: u32 = 60;
+
+impl Ctx {
+    /// This dispatcher's id in the heartbeat table.
+    pub fn dispatcher_id(&self) -> &str {
+        &self.id
+    }
+
+    /// Seconds since this dispatcher's heartbeat was last written (since start before the first).
+    pub fn heartbeat_age_s(&self) -> f64 {
+        let at = self.last_beat_ms.load(Ordering::Acquire);
+        (crate::clock::now_ms() - at).max(0) as f64 / 1000.0
+    }
+
+    fn heartbeat(&self, draining: bool) -> Heartbeat {
+        let view = self.view(Look::Pool);
+        let load = view.pool.load.unwrap_or_default();
+        Heartbeat {
+            id: self.id.clone(),
+            started_at_ms: self.started_at_ms,
+            beat_at_ms: crate::clock::now_ms(),
+            in_flight: view.pool.in_flight,
+            concurrency: view.pool.concurrency,
+            capacity: self.settings.concurrency.ceiling(),
+            arrivals_per_s: load.arrivals_per_s,
+            mean_service_s: load.mean_service_s,
+            draining,
+        }
+    }
+
+    /// Write the heartbeat now; a store error is logged and the next interval tries again.
+    pub(super) async fn beat(&self, draining: bool) {
+        let heartbeat = self.heartbeat(draining);
+        match self.store.beat(&heartbeat).await {
+            Ok(()) => self
+                .last_beat_ms
+                .store(heartbeat.beat_at_ms, Ordering::Release),
+            Err(e) => tracing::warn!(error = %e, "cannot write the dispatcher heartbeat"),
+        }
+    }
+
+    /// Delete this dispatcher's heartbeat (it has drained).
+    pub(super) async fn leave_heartbeats(&self) {
+        let purge_before = crate::clock::now_ms() - self.purge_after_ms();
+        if let Err(e) = self
+            .store
+            .forget_heartbeats(Some(&self.id), purge_before)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot delete the dispatcher heartbeat");
+        }
+    }
+
+    fn purge_after_ms(&self) -> i64 {
+        (self.settings.heartbeat_interval * PURGE_AFTER_INTERVALS).as_millis() as i64
+    }
+}
+
+/// Beat every interval until aborted; purge long-dead dispatchers' rows now and then.
+pub(super) async fn heartbeat(ctx: Arc<Ctx>) {
+    let mut tick = tokio::time::interval(ctx.settings.heartbeat_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    for n in 0u64.. {
+        tick.tick().await;
+        ctx.beat(false).await;
+        if n % 12 == 0 {
+            let before = crate::clock::now_ms() - ctx.purge_after_ms();
+            if let Err(e) = ctx.store.forget_heartbeats(None, before).await {
+                tracing::warn!(error = %e, "cannot purge stale heartbeats");
+            }
+        }
+    }
+}

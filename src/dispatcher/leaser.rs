@@ -1,0 +1,74 @@
+//! The leaser: claims batches as far as free capacity allows and hands each delivery to its task.
+//!
+//! A claim is one short transaction that commits before any delivery starts; the lease
+//! (`lease_until` + a fresh token) is what protects the work afterwards, never a held lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Ctx;
+use crate::store::ClaimRequest;
+
+/// Claim batches until drain begins; every delivery a claim returns is handed to a task.
+pub(super) async fn leaser(ctx: Arc<Ctx>) {
+    let signal = ctx.store.work_signal();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        if ctx.is_draining() {
+            return;
+        }
+        let concurrency = ctx.concurrency() as usize;
+        let free = concurrency.saturating_sub(ctx.outstanding());
+        if free == 0 {
+            ctx.capacity_freed(Duration::from_millis(100)).await;
+            continue;
+        }
+        let limit = free.min(ctx.settings.claim_batch as usize) as u32;
+        let per_endpoint = ctx.settings.lane_size.max(1);
+        let (exclude, room) = ctx.claim_view(per_endpoint);
+        let request = ClaimRequest {
+            now_ms: crate::clock::now_ms(),
+            limit,
+            per_endpoint,
+            lease_ms: ctx.settings.lease_ttl.as_millis() as i64,
+            exclude,
+            room,
+        };
+        let started = std::time::Instant::now();
+        let result = ctx.store.claim(&request).await;
+        ctx.metrics
+            .claim_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let claimed = match result {
+            Ok(c) => {
+                backoff = Duration::from_millis(100);
+                c
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claim failed; retrying in {backoff:?}");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = ctx.stop_claiming.notified() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        let got = claimed.len();
+        for d in claimed {
+            ctx.spawn(d);
+        }
+        if got == 0 {
+            // Nothing claimable: every due endpoint is excluded (lane full, paused, breaker
+            // open) or nothing is due. Sleep until new work is announced, capacity frees up
+            // (a lane may have room again), or the idle poll (retries coming due) elapses.
+            tokio::select! {
+                _ = signal.notified() => {}
+                _ = ctx.capacity_freed(ctx.settings.idle_poll) => {}
+                _ = ctx.stop_claiming.notified() => return,
+            }
+        }
+        // Otherwise claim again at once: a batch smaller than the limit only means each due
+        // endpoint gave its per-endpoint share, not that the backlog is empty.
+    }
+}

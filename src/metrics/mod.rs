@@ -1,0 +1,413 @@
+//! Prometheus metrics, with the names operators grep for (`webhook_deliveries_ok_total`,
+//! `webhook_deliveries_shed_total`, `webhook_service_seconds`, `webhook_phase_seconds{phase}`,
+//! `delivery_duration_seconds{host}`) and one `sluice_` family for everything else, plus the
+//! standard `process_*` metrics.
+//!
+//! # Cardinality
+//! No label takes one value per message, and none one value per registered endpoint or tenant:
+//! - `host` (destination host) on `delivery_duration_seconds`, for the occupancy-share query;
+//! - `endpoint` only for the top-N endpoints by occupancy (`--metrics-top-endpoints`, default
+//!   20), with everything else in `endpoint="other"` (see [`endpoints`]);
+//! - `tenant` only on `sluice_oldest_ready_age_seconds`, for the N tenants whose oldest ready
+//!   delivery has waited longest (`--metrics-top-tenants`, default 20);
+//! - small fixed sets: `phase`, `state`, `reason`, `listener`.
+//!
+//! Every counter exists from the start at 0, failure counters included, so `rate()` and
+//! `increase()` see the first failure.
+//!
+//! # Layout
+//! - [`endpoints`]: the per-endpoint counters and gauges and the top-N rule.
+//! - [`process`]: `process_*` from `/proc/self`.
+
+pub mod endpoints;
+pub mod process;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+pub use endpoints::{Count, EndpointGauges, EndpointSeries};
+
+/// `{phase="sign"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// sign, http, body, settle.
+    pub phase: &'static str,
+}
+
+/// The phases of one attempt, and the settle that follows.
+pub const PHASES: [&str; 4] = ["sign", "http", "body", "settle"];
+
+/// `{host="example.com"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostLabel {
+    /// Destination host.
+    pub host: String,
+}
+
+/// `{tenant="ten_…"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabel {
+    /// Tenant id.
+    pub tenant: String,
+}
+
+/// `{state="ready"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// A delivery state, or a breaker state.
+    pub state: &'static str,
+}
+
+/// The delivery states counted by `sluice_queue_depth`.
+pub const QUEUE_STATES: [&str; 4] = ["ready", "leased", "delivered", "dead"];
+
+/// `{reason="paused"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why a delivery was held without an attempt.
+    pub reason: &'static str,
+}
+
+/// Why a delivery is held without an attempt: a Retry-After pause, an open breaker, a
+/// disabled endpoint, or a store that could not be read.
+pub const HELD_REASONS: [&str; 4] = ["paused", "breaker_open", "disabled", "store_unavailable"];
+
+/// `{listener="api"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    /// api or operator.
+    pub listener: &'static str,
+}
+
+/// `{version="0.1.0"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabel {
+    version: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+    ])
+}
+
+fn phase_histogram() -> Histogram {
+    Histogram::new([
+        0.00001, 0.0001, 0.001, 0.005, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
+    ])
+}
+
+/// How many endpoint and tenant label values the metrics may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// Endpoints with series of their own (the busiest by occupancy), 0–1000.
+    pub top_endpoints: usize,
+    /// Tenants with an oldest-ready-age series (the longest waiting), 0–1000.
+    pub top_tenants: usize,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        Self {
+            top_endpoints: 20,
+            top_tenants: 20,
+        }
+    }
+}
+
+/// The fleet as the dispatchers' heartbeats describe it.
+#[derive(Debug)]
+pub struct FleetGauges {
+    /// Dispatchers with a fresh heartbeat (current replicas).
+    pub dispatchers: Gauge,
+    /// Attempts in flight across them.
+    pub in_flight: Gauge,
+    /// Their global concurrency bounds, added up.
+    pub concurrency: Gauge,
+    /// Offered attempts per second across them.
+    pub arrivals_per_s: FloatGauge,
+    /// Mean attempt duration across them, weighted by arrivals.
+    pub mean_service_s: FloatGauge,
+}
+
+/// Every metric sluice exports, in one registry.
+pub struct Metrics {
+    registry: Registry,
+    settings: MetricsSettings,
+    /// Per-endpoint counters and gauges (top-N by occupancy, the rest as `other`).
+    pub endpoints: Arc<EndpointSeries>,
+    /// Held without an attempt, by reason.
+    pub deliveries_held: Family<ReasonLabel, Counter>,
+    /// Lease → settle per delivery.
+    pub service_seconds: Histogram,
+    /// One phase of an attempt.
+    pub phase_seconds: Family<PhaseLabel, Histogram>,
+    /// Attempt duration per destination host (for the occupancy-share query).
+    pub delivery_duration: Family<HostLabel, Histogram>,
+    /// Message accepted → delivered.
+    pub end_to_end_seconds: Histogram,
+    /// One claim: the store call that leases a batch, from request to answer.
+    pub claim_seconds: Histogram,
+    /// Messages accepted by the API.
+    pub messages_accepted: Counter,
+    /// Attempts in flight now.
+    pub in_flight: Gauge,
+    /// The global concurrency bound now.
+    pub concurrency_limit: Gauge,
+    /// Endpoints this dispatcher knows, by breaker state.
+    pub breakers: Family<StateLabel, Gauge>,
+    /// Age of the oldest due ready delivery, for the longest-waiting tenants.
+    pub oldest_ready_age: Family<TenantLabel, FloatGauge>,
+    /// Deliveries by state.
+    pub queue_depth: Family<StateLabel, Gauge>,
+    /// The autoscaling signal: dispatcher replicas wanted.
+    pub desired_replicas: Gauge,
+    /// The live fleet, from the heartbeats in the store.
+    pub fleet: FleetGauges,
+    /// Seconds since this dispatcher's heartbeat was last written (0 without a dispatcher).
+    pub heartbeat_age_seconds: FloatGauge,
+    /// HTTP connections open per listener.
+    pub http_connections: Family<ListenerLabel, Gauge>,
+    /// HTTP connections refused (over the connection limit) per listener.
+    pub http_connections_refused: Family<ListenerLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered, at the default cardinality bounds.
+    pub fn new() -> Self {
+        Self::with_settings(MetricsSettings::default())
+    }
+
+    /// A registry with every metric registered, within `settings`' bounds.
+    pub fn with_settings(settings: MetricsSettings) -> Self {
+        let mut registry = Registry::default();
+        let endpoints = Arc::new(EndpointSeries::new(settings.top_endpoints));
+        registry.register_collector(Box::new(endpoints.clone()));
+        registry.register_collector(Box::new(process::ProcessCollector));
+        registry.register(
+            "sluice_build",
+            "The running build: its version as a label, value 1",
+            Info::new(BuildLabel {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+
+        let deliveries_held = Family::<ReasonLabel, Counter>::default();
+        for reason in HELD_REASONS {
+            let _ = deliveries_held.get_or_create(&ReasonLabel { reason });
+        }
+        let phase_seconds = Family::<PhaseLabel, Histogram>::new_with_constructor(
+            phase_histogram as fn() -> Histogram,
+        );
+        for phase in PHASES {
+            let _ = phase_seconds.get_or_create(&PhaseLabel { phase });
+        }
+        let delivery_duration = Family::<HostLabel, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let queue_depth = Family::<StateLabel, Gauge>::default();
+        for state in QUEUE_STATES {
+            let _ = queue_depth.get_or_create(&StateLabel { state });
+        }
+        let breakers = Family::<StateLabel, Gauge>::default();
+        for state in endpoints::BREAKER_STATES {
+            let _ = breakers.get_or_create(&StateLabel { state });
+        }
+        let http_connections = Family::<ListenerLabel, Gauge>::default();
+        let http_connections_refused = Family::<ListenerLabel, Counter>::default();
+        for listener in ["api", "operator"] {
+            let _ = http_connections.get_or_create(&ListenerLabel { listener });
+            let _ = http_connections_refused.get_or_create(&ListenerLabel { listener });
+        }
+        let m = Self {
+            settings,
+            endpoints,
+            deliveries_held,
+            service_seconds: latency_histogram(),
+            phase_seconds,
+            delivery_duration,
+            end_to_end_seconds: latency_histogram(),
+            // 0.1 ms to 6.5 s, doubling: fine enough to tell a claim's p99 from its p50.
+            claim_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
+            messages_accepted: Counter::default(),
+            in_flight: Gauge::default(),
+            concurrency_limit: Gauge::default(),
+            breakers,
+            oldest_ready_age: Family::default(),
+            queue_depth,
+            desired_replicas: Gauge::default(),
+            fleet: FleetGauges {
+                dispatchers: Gauge::default(),
+                in_flight: Gauge::default(),
+                concurrency: Gauge::default(),
+                arrivals_per_s: FloatGauge::default(),
+                mean_service_s: FloatGauge::default(),
+            },
+            heartbeat_age_seconds: FloatGauge::default(),
+            http_connections,
+            http_connections_refused,
+            registry,
+        };
+        m.register_all()
+    }
+
+    fn register_all(mut self) -> Self {
+        let r = &mut self.registry;
+        r.register(
+            "sluice_deliveries_held",
+            "Deliveries held without an attempt, by reason (paused, breaker open, disabled, \
+             store unavailable)",
+            self.deliveries_held.clone(),
+        );
+        r.register(
+            "webhook_service_seconds",
+            "Lease-to-settle duration per delivery",
+            self.service_seconds.clone(),
+        );
+        r.register(
+            "sluice_claim_duration_seconds",
+            "Duration of one claim (the store call that leases a batch)",
+            self.claim_seconds.clone(),
+        );
+        r.register(
+            "webhook_phase_seconds",
+            "Duration of one phase of a delivery attempt",
+            self.phase_seconds.clone(),
+        );
+        r.register(
+            "delivery_duration_seconds",
+            "Attempt duration per destination host",
+            self.delivery_duration.clone(),
+        );
+        r.register(
+            "sluice_end_to_end_seconds",
+            "Message accepted to delivered",
+            self.end_to_end_seconds.clone(),
+        );
+        r.register(
+            "sluice_messages_accepted",
+            "Messages accepted by the API",
+            self.messages_accepted.clone(),
+        );
+        r.register(
+            "sluice_in_flight",
+            "Attempts in flight in this process",
+            self.in_flight.clone(),
+        );
+        r.register(
+            "sluice_concurrency_limit",
+            "Bound on in-flight attempts in this process",
+            self.concurrency_limit.clone(),
+        );
+        r.register(
+            "sluice_breakers",
+            "Endpoints this dispatcher knows, by breaker state",
+            self.breakers.clone(),
+        );
+        r.register(
+            "sluice_oldest_ready_age_seconds",
+            "Age of the oldest due ready delivery, for the longest-waiting tenants",
+            self.oldest_ready_age.clone(),
+        );
+        r.register(
+            "sluice_queue_depth",
+            "Deliveries by state",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "sluice_desired_replicas",
+            "Dispatcher replicas the autoscaling controller wants",
+            self.desired_replicas.clone(),
+        );
+        r.register(
+            "sluice_fleet_dispatchers",
+            "Dispatchers with a fresh heartbeat in the store (current replicas)",
+            self.fleet.dispatchers.clone(),
+        );
+        r.register(
+            "sluice_fleet_in_flight",
+            "Attempts in flight across the fleet's dispatchers",
+            self.fleet.in_flight.clone(),
+        );
+        r.register(
+            "sluice_fleet_concurrency_limit",
+            "The fleet's dispatchers' bounds on in-flight attempts, added up",
+            self.fleet.concurrency.clone(),
+        );
+        r.register(
+            "sluice_fleet_arrivals_per_second",
+            "Offered attempts per second across the fleet's dispatchers",
+            self.fleet.arrivals_per_s.clone(),
+        );
+        r.register(
+            "sluice_fleet_mean_service_seconds",
+            "Mean attempt duration across the fleet's dispatchers",
+            self.fleet.mean_service_s.clone(),
+        );
+        r.register(
+            "sluice_heartbeat_age_seconds",
+            "Seconds since this dispatcher last wrote its heartbeat (0 without a dispatcher)",
+            self.heartbeat_age_seconds.clone(),
+        );
+        r.register(
+            "sluice_http_connections",
+            "HTTP connections open per listener",
+            self.http_connections.clone(),
+        );
+        r.register(
+            "sluice_http_connections_refused",
+            "HTTP connections answered 503 and closed over the connection limit",
+            self.http_connections_refused.clone(),
+        );
+        self
+    }
+
+    /// The cardinality bounds in force.
+    pub fn settings(&self) -> MetricsSettings {
+        self.settings
+    }
+
+    /// The OpenMetrics text exposition of everything.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of everything, for scrapers that do not
+    /// ask for OpenMetrics (`promtool check metrics`, curl).
+    pub fn encode_prometheus_text(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Count one event for `endpoint`.
+    pub fn count(&self, endpoint: &str, what: Count) {
+        self.endpoints.count(endpoint, what);
+    }
+
+    /// Count a delivery held without an attempt, by one of [`HELD_REASONS`].
+    pub fn held(&self, reason: &'static str) {
+        self.deliveries_held
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+}

@@ -1,0 +1,232 @@
+//! The HTTP listener's defences against slow, idle and too many clients: how long a request's
+//! headers and body may take to arrive, how long an idle keep-alive connection is kept, and how
+//! many connections are served at once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use super::connection::{Activity, Stop, WatchedIo, watch};
+use super::deadline::DeadlineBody;
+use crate::api::error::Problem;
+use crate::metrics::{ListenerLabel, Metrics};
+
+/// Limits of every HTTP listener sluice serves (the API and the operator listener).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenerSettings {
+    /// From accept (or from the first byte of a later request) to the end of its headers;
+    /// 100 ms–5 min, default 10 s.
+    pub header_read_timeout: Duration,
+    /// From the end of the headers to the last byte of the body; 100 ms–10 min, default 30 s.
+    pub body_read_timeout: Duration,
+    /// How long a keep-alive connection may sit idle between requests (or stall while its
+    /// response is written); 100 ms–1 h, default 60 s.
+    pub idle_timeout: Duration,
+    /// Connections served at once on the API listener; 1–1,000,000, default 1024.
+    pub max_connections: u32,
+}
+
+impl Default for ListenerSettings {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+        }
+    }
+}
+
+/// Refusals answered at once (each holds its socket for at most [`REFUSAL_LINGER`]); beyond
+/// this, connections over the limit are closed without an answer.
+pub const REFUSAL_SLOTS: usize = 64;
+
+/// How long a refused connection is kept to deliver its 503 and read what the client sent.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// How long in-flight requests may finish after the listener stops.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// Largest request head (request line and headers) hyper buffers, in bytes.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Which listener (a metrics label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The tenant-facing API.
+    Api,
+    /// `/metrics`, `/healthz`, `/readyz` for the operator.
+    Operator,
+}
+
+impl Kind {
+    /// The label value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Api => "api",
+            Kind::Operator => "operator",
+        }
+    }
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves, then let requests in progress finish
+/// (for at most 5 s) and return.
+///
+/// At most `max_connections` are served at once. One more is accepted and answered
+/// `503` problem+json with `Retry-After: 1` and closed, so a client sees why rather than a
+/// connection that hangs in the kernel's backlog; a flood beyond the refusal slots is closed
+/// without an answer so that refusing stays cheap.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ListenerSettings,
+    max_connections: u32,
+    kind: Kind,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let max = max_connections.max(1) as usize;
+    let slots = Arc::new(Semaphore::new(max));
+    let refusals = Arc::new(Semaphore::new(REFUSAL_SLOTS));
+    let refusal: Arc<[u8]> = refusal_answer(max).into();
+    let stop = Stop::default();
+    let label = ListenerLabel {
+        listener: kind.name(),
+    };
+    let open = metrics.http_connections.get_or_create(&label).clone();
+    let refused = metrics
+        .http_connections_refused
+        .get_or_create(&label)
+        .clone();
+    let mut http = http1::Builder::new();
+    http.max_buf_size(MAX_HEAD_BYTES)
+        .max_header_size(MAX_HEAD_BYTES)
+        .header_read_timeout(None)
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it was accepted: wait a
+                    // little rather than spin; the connections being served go on.
+                    tracing::warn!(error = %e, listener = kind.name(), "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            refused.inc();
+            refuse(stream, &refusals, &refusal);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let activity = Activity::new();
+        let io = TokioIo::new(WatchedIo::new(stream, Arc::clone(&activity)));
+        let service = {
+            let activity = Arc::clone(&activity);
+            let router = router.clone();
+            let body_timeout = limits.body_read_timeout;
+            hyper::service::service_fn(move |req: Request<Incoming>| {
+                let in_service = activity.begin_request();
+                let req = req.map(|b| Body::new(DeadlineBody::new(b, body_timeout)));
+                let answer = router.clone().oneshot(req);
+                async move {
+                    let response = answer.await;
+                    drop(in_service);
+                    response
+                }
+            })
+        };
+        let conn = http.serve_connection(io, service);
+        let stop = stop.clone();
+        let open = open.clone();
+        open.inc();
+        tokio::spawn(async move {
+            watch(conn, activity, limits, stop).await;
+            open.dec();
+            drop(slot);
+        });
+    }
+    drop(listener);
+    stop.drain.cancel();
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(DRAIN_GRACE, slots.acquire_many(all)).await;
+    stop.now.cancel();
+}
+
+/// The answer to a connection over the limit.
+fn refusal_answer(max: usize) -> Vec<u8> {
+    let status = StatusCode::SERVICE_UNAVAILABLE;
+    let detail =
+        format!("too many connections: this listener serves at most {max} at once; retry shortly");
+    let body = serde_json::to_vec(&Problem::new(status, detail)).unwrap_or_default();
+    let mut answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
+}
+
+/// Answer a connection over the limit and close it, without letting refusals pile up.
+fn refuse(mut stream: TcpStream, refusals: &Arc<Semaphore>, answer: &Arc<[u8]>) {
+    let Ok(permit) = Arc::clone(refusals).try_acquire_owned() else {
+        // Refusing is already saturated: a best-effort answer, then close.
+        let _ = stream.try_write(answer);
+        return;
+    };
+    let answer = Arc::clone(answer);
+    tokio::spawn(async move {
+        let _permit = permit;
+        let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+            stream.write_all(&answer).await?;
+            stream.shutdown().await?;
+            // Read what the client sent before closing: closing with unread bytes resets the
+            // connection, and a reset can discard the 503 before the client has read it.
+            let mut sink = [0u8; 4096];
+            while stream.read(&mut sink).await? > 0 {}
+            std::io::Result::Ok(())
+        })
+        .await;
+    });
+}
+
+/// Raise this process's soft limit on open files to its hard limit (a refused or failed raise
+/// leaves it as it was) and return the soft limit now in force.
+pub fn raise_open_files_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let mut limit = getrlimit(Resource::Nofile);
+        if limit.current != limit.maximum {
+            let raised = rustix::process::Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            };
+            if setrlimit(Resource::Nofile, raised).is_ok() {
+                limit = raised;
+            }
+        }
+        // `None` is "unlimited".
+        Some(limit.current.unwrap_or(u64::MAX))
+    }
+    #[cfg(not(unix))]
+    None
+}

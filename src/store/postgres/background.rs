@@ -1,0 +1,137 @@
+//! The driver's work in the background: announcing new work to other processes (`NOTIFY`),
+//! relaying their announcements to the local dispatcher (`LISTEN`), and keeping the due table's
+//! dead rows few.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use futures_util::StreamExt;
+use tokio::sync::Notify;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::{PoolTimeouts, WORK_CHANNEL, errors, queries};
+
+/// Due-table rows written since it was last vacuumed, and whether a vacuum is running.
+///
+/// Claims read the due table from its oldest end, which is where the dead versions of the rows
+/// they rotate and drop gather; autovacuum looks at a database once a minute, by which time a
+/// busy dispatcher has left hundreds of thousands there and every claim wades through them (a
+/// drain slowed down as it went). So the store vacuums the table itself once enough rows changed,
+/// at most once a second, one vacuum at a time per process (`SKIP_LOCKED`: never waiting on
+/// another process's).
+#[derive(Default)]
+pub(super) struct DueVacuum {
+    pub(super) written: std::sync::atomic::AtomicU64,
+    pub(super) running: std::sync::atomic::AtomicBool,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// Due-table rows written before a vacuum is worth it.
+const DUE_VACUUM_AFTER: u64 = 2_000;
+
+impl DueVacuum {
+    /// Count `rows` written; true when a vacuum should start now (and it is then marked running).
+    pub(super) fn wrote(&self, rows: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let total = self.written.fetch_add(rows, Ordering::Relaxed) + rows;
+        if total < DUE_VACUUM_AFTER || self.running.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+            return false;
+        }
+        if self.running.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        self.written.store(0, Ordering::Relaxed);
+        true
+    }
+}
+
+/// Send `NOTIFY` for enqueues that have committed, one at a time, coalescing requests that
+/// arrive meanwhile (the channel holds one pending request).
+///
+/// Not inside the enqueue transaction: PostgreSQL serialises the commits of all transactions
+/// that notify (a global lock held through the commit's WAL flush), which turned concurrent
+/// enqueues into one fsync each in turn, about 4x slower at 32 producers. Each NOTIFY is bounded
+/// by the deadline, so a hung database cannot park this task. Ends when the store is dropped.
+pub(super) async fn announce(
+    pool: Pool,
+    mut requests: tokio::sync::mpsc::Receiver<()>,
+    deadline: Duration,
+    target: Arc<str>,
+    timeouts: PoolTimeouts,
+    instance: Arc<str>,
+) {
+    while requests.recv().await.is_some() {
+        let sent = super::deadline::within(deadline, async {
+            match pool.get().await {
+                Ok(client) => queries::notify(&client, &instance).await,
+                Err(e) => Err(errors::pool(e, &target, &timeouts)),
+            }
+        })
+        .await;
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "postgres: cannot announce new work");
+        }
+        // At most one announcement per interval: requests meanwhile wait as one (the channel
+        // holds one), so a stream of small enqueue batches costs the server one NOTIFY per
+        // interval, not one per batch; other processes hear of new work that much later at most.
+        tokio::time::sleep(ANNOUNCE_INTERVAL).await;
+    }
+}
+
+/// The shortest time between two announcements of new work.
+const ANNOUNCE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Keep a LISTEN connection open and wake the local dispatcher on every notification from
+/// another process (this one's own woke it directly); reconnect after a failure (a missed
+/// notification only costs one idle poll).
+pub(super) async fn listen(
+    config: tokio_postgres::Config,
+    signal: Arc<Notify>,
+    instance: Arc<str>,
+) {
+    loop {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let mut messages =
+                    futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                let listening = async {
+                    client
+                        .batch_execute(&format!("LISTEN {WORK_CHANNEL}"))
+                        .await
+                };
+                // The connection must be polled for the LISTEN to complete.
+                let mut listening = std::pin::pin!(listening);
+                let mut ready = false;
+                loop {
+                    tokio::select! {
+                        r = &mut listening, if !ready => {
+                            if r.is_err() { break; }
+                            ready = true;
+                        }
+                        m = messages.next() => match m {
+                            Some(Ok(AsyncMessage::Notification(n))) => {
+                                if n.payload() != &*instance {
+                                    signal.notify_one();
+                                }
+                            }
+                            Some(Ok(_)) => {}
+                            Some(Err(_)) | None => break,
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %errors::cause(&e), "postgres listener cannot connect")
+            }
+        }
+        // Work may have arrived while we were not listening.
+        signal.notify_one();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

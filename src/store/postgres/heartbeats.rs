@@ -1,0 +1,74 @@
+//! The dispatchers' heartbeats on PostgreSQL.
+
+use deadpool_postgres::GenericClient;
+
+use super::pg;
+use crate::store::{Heartbeat, StoreResult};
+
+const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
+     concurrency, capacity, arrivals_per_s, mean_service_s, draining) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
+     in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
+     capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
+     mean_service_s = excluded.mean_service_s, draining = excluded.draining";
+
+const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
+     arrivals_per_s, mean_service_s, draining FROM dispatchers WHERE beat_at_ms >= $1 ORDER BY id";
+
+pub(super) async fn beat(c: &impl GenericClient, h: &Heartbeat) -> StoreResult<()> {
+    c.execute(
+        UPSERT,
+        &[
+            &h.id,
+            &h.started_at_ms,
+            &h.beat_at_ms,
+            &i64::from(h.in_flight),
+            &i64::from(h.concurrency),
+            &i64::from(h.capacity),
+            &finite(h.arrivals_per_s),
+            &finite(h.mean_service_s),
+            &h.draining,
+        ],
+    )
+    .await
+    .map_err(pg)?;
+    Ok(())
+}
+
+pub(super) async fn since(c: &impl GenericClient, since_ms: i64) -> StoreResult<Vec<Heartbeat>> {
+    let rows = c.query(SINCE, &[&since_ms]).await.map_err(pg)?;
+    let count = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+    Ok(rows
+        .iter()
+        .map(|r| Heartbeat {
+            id: r.get(0),
+            started_at_ms: r.get(1),
+            beat_at_ms: r.get(2),
+            in_flight: count(r.get(3)),
+            concurrency: count(r.get(4)),
+            capacity: count(r.get(5)),
+            arrivals_per_s: r.get(6),
+            mean_service_s: r.get(7),
+            draining: r.get(8),
+        })
+        .collect())
+}
+
+pub(super) async fn forget(
+    c: &impl GenericClient,
+    id: Option<&str>,
+    before_ms: i64,
+) -> StoreResult<u64> {
+    c.execute(
+        "DELETE FROM dispatchers WHERE id = $1 OR beat_at_ms < $2",
+        &[&id, &before_ms],
+    )
+    .await
+    .map_err(pg)
+}
+
+/// A rate or a mean that is not a number is stored as 0 (no reading).
+pub(super) fn finite(v: f64) -> f64 {
+    if v.is_finite() { v.max(0.0) } else { 0.0 }
+}

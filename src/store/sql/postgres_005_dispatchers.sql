@@ -1,0 +1,16 @@
+-- sluice schema v5 (PostgreSQL): one heartbeat row per running dispatcher, rewritten every
+-- heartbeat interval with its load, so any process (an API-only one included) can compute the
+-- fleet's scale signal without Redis. Readers ignore rows older than three intervals; a
+-- dispatcher deletes its own row when it drains, and rows of crashed ones are purged.
+CREATE TABLE dispatchers (
+    id                TEXT PRIMARY KEY,
+    started_at_ms     BIGINT NOT NULL,
+    beat_at_ms        BIGINT NOT NULL,
+    in_flight         BIGINT NOT NULL,
+    concurrency       BIGINT NOT NULL,
+    capacity          BIGINT NOT NULL,
+    arrivals_per_s    DOUBLE PRECISION NOT NULL,
+    mean_service_s    DOUBLE PRECISION NOT NULL,
+    draining          BOOLEAN NOT NULL
+);
+CREATE INDEX dispatchers_beat ON dispatchers (beat_at_ms);

@@ -1,0 +1,135 @@
+//! A fleet of real processes on PostgreSQL without Redis: an API process and two dispatcher
+//! processes. Every role answers `/healthz`, `/readyz` and `/metrics` over HTTP (a dispatcher
+//! on its own `--listen`, serving no API route); the API process, which runs no dispatcher,
+//! counts both dispatchers as current replicas from their heartbeats in `/v1/scale` and the
+//! `sluice_fleet_*` gauges; SIGTERM one and the count drops at once, with nothing left leased.
+
+mod processes;
+
+use sluice_testkit as support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use sluice_testkit::receiver::{self, Behavior};
+
+use processes::{Client, Process};
+use support::{ADMIN, eventually};
+
+fn gauge(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.split([' ', '{']).next() == Some(name))
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_role_is_observable_and_the_api_process_sees_the_live_fleet() {
+    let Some(db) = support::fresh_postgres().await else {
+        return;
+    };
+    let fleet = ["--database-url", &db, "--heartbeat-interval", "1s"];
+    let op_port = support::free_port();
+    let op = format!("127.0.0.1:{op_port}");
+    let api =
+        Process::start(&[&fleet[..], &["--role", "api", "--operator-listen", &op]].concat()).await;
+    let dispatcher = [&fleet[..], &["--role", "dispatcher", "--drain-grace", "2s"]].concat();
+    let d1 = Process::start(&dispatcher).await;
+    let d2 = Process::start(&dispatcher).await;
+    let operator = Client::new(&format!("http://{op}"));
+    let c = Client::new(&api.base);
+
+    // Health, readiness and metrics on every process; the dispatchers serve nothing else.
+    for (who, client, token) in [
+        ("api (operator listener)", &operator, None),
+        ("api (API listener)", &c, Some(ADMIN)),
+        ("dispatcher 1", &Client::new(&d1.base), None),
+        ("dispatcher 2", &Client::new(&d2.base), None),
+    ] {
+        for path in ["/healthz", "/readyz"] {
+            assert_eq!(client.get(path, None).await.0, 200, "{who} {path}");
+        }
+        if token.is_none() {
+            let (status, _, text) = client.get("/metrics", None).await;
+            assert_eq!(status, 200, "{who} /metrics");
+            assert!(text.contains("sluice_build_info"), "{who}: {text}");
+        }
+    }
+    for d in [&d1, &d2] {
+        let (status, body, _) = Client::new(&d.base).get("/v1/scale", Some(ADMIN)).await;
+        assert_eq!(status, 404, "a dispatcher serves no API route: {body}");
+        let (_, _, text) = Client::new(&d.base).get("/metrics", None).await;
+        assert!(gauge(&text, "sluice_heartbeat_age_seconds").is_some_and(|a| a < 10.0));
+    }
+
+    // The API process runs no dispatcher, yet it sees both through their heartbeats.
+    let replicas = || async {
+        let (status, body, _) = c.get("/v1/scale", Some(ADMIN)).await;
+        assert_eq!(status, 200, "{body}");
+        body["current_replicas"].as_u64()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            replicas().await == Some(2)
+        })
+        .await,
+        "current_replicas {:?}",
+        replicas().await
+    );
+    let (_, _, text) = operator.get("/metrics", None).await;
+    assert_eq!(
+        gauge(&text, "sluice_fleet_dispatchers"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(gauge(&text, "sluice_fleet_concurrency_limit"), Some(1024.0));
+
+    // Load on the fleet shows in the API process's figures.
+    let rx = receiver::start(Behavior::Slow(Duration::from_millis(50)), false)
+        .await
+        .unwrap();
+    let (_, token) = c.tenant("acme").await;
+    c.endpoint(&token, &rx.url(), json!({})).await;
+    for n in 0..40 {
+        c.send(&token, "order.paid", json!({ "n": n })).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            let (_, _, text) = operator.get("/metrics", None).await;
+            gauge(&text, "sluice_fleet_arrivals_per_second").is_some_and(|r| r > 0.0)
+                && gauge(&text, "sluice_fleet_mean_service_seconds").is_some_and(|s| s > 0.0)
+        })
+        .await,
+        "the fleet's load never reached the API process"
+    );
+
+    // SIGTERM one dispatcher: it stops counting at once, and leaves nothing leased.
+    let said = d1.terminate();
+    assert!(said.contains("stopped:"), "{said}");
+    assert_eq!(
+        replicas().await,
+        Some(1),
+        "a drained dispatcher is not a replica"
+    );
+    let store = sluice::store::open(Some(&db), std::path::Path::new("."), Default::default())
+        .await
+        .unwrap();
+    let beats = store.heartbeats(0).await.unwrap();
+    assert_eq!(
+        beats.len(),
+        1,
+        "the drained dispatcher deleted its heartbeat: {beats:?}"
+    );
+    // What d1 held was attempted or released: the survivor delivers everything.
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            let s = store.queue_stats(sluice::clock::now_ms()).await.unwrap();
+            s.leased == 0 && s.ready == 0 && s.delivered == 40
+        })
+        .await,
+        "{:?}",
+        store.queue_stats(sluice::clock::now_ms()).await.unwrap()
+    );
+    d2.terminate();
+    api.terminate();
+}

@@ -1,0 +1,301 @@
+//! What an operator sees of the real binary: JSON logs that are JSON lines and nothing else
+//! (access log and delivery spans included), no colour codes when stderr is not a terminal,
+//! start-up errors that say what failed, once, and what to do, a settings file whose admin
+//! token is refused with the way to give one, and `sluice migrate` with only its own flags.
+
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sluice_testkit::receiver::{self as receivers, Behavior};
+use sluice_testkit::{eventually, free_port, http};
+
+const ADMIN: &str = "operations-admin-token-0123456789";
+
+fn sluice() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.env_remove("SLUICE_LOG")
+        .env_remove("NO_COLOR")
+        .env_remove("SLUICE_DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Run to completion (bounded), for commands that must fail at start.
+fn run(c: &mut Command) -> Output {
+    let mut child = c.spawn().expect("spawn sluice");
+    let until = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("try_wait").is_none() {
+        assert!(Instant::now() < until, "sluice did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// SIGTERM (the way an orchestrator stops it), then everything it wrote.
+fn stop(mut child: Child) -> (String, String) {
+    let pid = child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status();
+    assert!(killed.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+    let until = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("try_wait").is_none() {
+        assert!(Instant::now() < until, "sluice did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (out, err)
+}
+
+async fn up(base: &str) -> bool {
+    let client = http();
+    eventually(Duration::from_secs(30), || async {
+        client
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_json_lines_with_the_access_log_and_delivery_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let child = sluice()
+        .args([
+            "serve",
+            "--log-format",
+            "json",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args([
+            "--allow-network",
+            "127.0.0.0/8",
+            "--sqlite-synchronous",
+            "normal",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .env("SLUICE_LOG", "info,sluice::dispatcher=debug")
+        .spawn()
+        .unwrap();
+    assert!(up(&base).await, "sluice did not come up");
+    let rx = receivers::start(Behavior::Fast, false).await.unwrap();
+    let client = http();
+    let post = |token: &str, path: &str, body: Value| {
+        client
+            .post(format!("{base}{path}"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    let tenant: Value = post(ADMIN, "/v1/tenants", json!({ "name": "ops" }))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = tenant["token"].as_str().unwrap().to_owned();
+    let r = post(&token, "/v1/endpoints", json!({ "url": rx.url() }))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let body = json!({ "event_type": "order.created", "payload": {} });
+    let msg: Value = post(&token, "/v1/messages", body)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let msg = msg["id"].as_str().unwrap().to_owned();
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            rx.record.requests() >= 1
+        })
+        .await
+    );
+    // Let the settle be written (and logged) before stopping.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (out, err) = stop(child);
+
+    assert_eq!(out, "", "nothing on stdout");
+    assert!(!err.contains('\u{1b}'), "no colour codes in JSON logs");
+    let lines: Vec<Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("a stray line: {l:?}")))
+        .collect();
+    let access = lines.iter().find(|l| {
+        l["target"] == "sluice::access"
+            && l["span"]["path"] == "/v1/messages"
+            && l["fields"]["status"] == 202
+    });
+    assert!(access.is_some(), "an access line for the message: {err}");
+    // The delivery's span carries the message and endpoint ids to every event inside it.
+    let attempted = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "attempted")
+        .unwrap_or_else(|| panic!("no attempt event: {err}"));
+    let delivery = &attempted["span"];
+    assert_eq!(delivery["name"], "delivery", "{attempted}");
+    assert_eq!(delivery["message_id"], msg.as_str());
+    assert!(delivery["endpoint_id"].as_str().unwrap().starts_with("ep_"));
+    for stage in ["claimed", "settle"] {
+        assert!(
+            lines.iter().any(|l| l["fields"]["message"] == stage
+                && l["span"]["message_id"] == msg.as_str()),
+            "no {stage} event in the delivery span: {err}"
+        );
+    }
+    assert!(lines.iter().any(|l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("stopped"))
+    }));
+}
+
+#[test]
+fn text_logs_to_a_pipe_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = sluice()
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .spawn()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert!(rt.block_on(up(&format!("http://127.0.0.1:{port}"))));
+    let (out, err) = stop(child);
+    assert_eq!(out, "");
+    assert!(err.contains("sluice listening on"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "colour codes in a redirected log: {err:?}"
+    );
+}
+
+#[test]
+fn an_address_in_use_is_said_once_with_what_to_do() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(sluice()
+        .args(["serve", "--listen", &addr.to_string()])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("SLUICE_ADMIN_TOKEN", ADMIN));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert_eq!(err.matches("Address already in use").count(), 1, "{err}");
+    assert!(
+        err.contains("another process is listening on port"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreachable_postgresql_is_named_with_what_to_do() {
+    let port = free_port();
+    let url = format!("postgres://sluice@127.0.0.1:{port}/sluice");
+    let out = run(sluice()
+        .args(["serve", "--listen", "127.0.0.1:0", "--database-url", &url])
+        .env("SLUICE_ADMIN_TOKEN", ADMIN));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")),
+        "names the host: {err}"
+    );
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+    assert!(err.contains("check that the database is running"), "{err}");
+    let out = run(sluice().args(["migrate", "--database-url", &url]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_admin_token_in_the_settings_file_says_to_use_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sluice.toml");
+    std::fs::write(
+        &file,
+        "lane-size = 4\nadmin_token = \"sk_admin_0123456789abcdef\"\n",
+    )
+    .unwrap();
+    let out = run(sluice().arg("serve").arg("--config").arg(&file));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("SLUICE_ADMIN_TOKEN") && err.contains("line 2"),
+        "{err}"
+    );
+    // The example file next to the code starts a sluice as it is.
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/sluice.example.toml");
+    let port = free_port();
+    let child = sluice()
+        .args([
+            "serve",
+            "--config",
+            example,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .spawn()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert!(rt.block_on(up(&format!("http://127.0.0.1:{port}"))));
+    stop(child);
+}
+
+#[test]
+fn migrate_documents_only_its_own_flags_and_migrates() {
+    let out = run(sluice().args(["migrate", "--help"]));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for own in ["--database-url", "--data-dir", "--config"] {
+        assert!(help.contains(own), "{own}: {help}");
+    }
+    for foreign in [
+        "--lane-size",
+        "--listen",
+        "--retry-schedule",
+        "--console-link-ttl",
+    ] {
+        assert!(!help.contains(foreign), "{foreign} is serve's: {help}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(sluice().arg("migrate").arg("--data-dir").arg(dir.path()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("store migrated: sqlite "));
+    assert!(dir.path().join("sluice.db").exists());
+}
