@@ -68,8 +68,9 @@ async fn readyz_is_false_from_the_first_moment_of_the_drain() {
 }
 
 /// SIGTERMs dispatcher processes at arbitrary moments of a busy claim loop and checks after
-/// each exit that the store holds no lease. An API process builds a backlog first (100
-/// messages to 10 endpoints); each dispatcher then works through it eight attempts at a time
+/// each exit that the store holds no lease. An API process builds a backlog first (400
+/// messages to 10 endpoints: 4,000 deliveries, several times what sixteen rounds can work
+/// through on a fast machine); each dispatcher then works through it eight attempts at a time
 /// against a receiver taking 10 ms, so a slot frees (and a claim starts) about every
 /// millisecond: the leaser is nearly always inside a claim when SIGTERM comes. Before the fix the leaser was aborted there, and a claim whose leases had
 /// committed was dropped with them: those deliveries stayed leased until the lease expired,
@@ -91,7 +92,7 @@ async fn nothing_stays_leased_after_a_sigterm_drain_however_it_falls() {
     for _ in 0..10 {
         c.endpoint(&token, &rx.url(), json!({})).await;
     }
-    for chunk in 0..13 {
+    for chunk in 0..50 {
         let sends = (0..8).map(|n| c.send(&token, "e", json!({ "n": chunk * 8 + n })));
         futures_util::future::join_all(sends).await;
     }
