@@ -6,7 +6,9 @@
 //!
 //! Every run starts the loopback receivers it needs, starts a sluice in this process (embedded
 //! SQLite in a fresh directory unless `--database-url`/`--redis-url`, or drives `--target`),
-//! sends traffic for a bounded time, and reports a table (or `--json`) and an SVG chart.
+//! sends traffic for a bounded time, and reports a table (or `--json`) and an SVG chart. `fleet`
+//! instead runs `sluice serve` processes (the binary beside this one) on PostgreSQL and a
+//! `redis-server` of its own, and kills, stops and restarts them under load.
 //!
 //! # Layout
 //! - [`harness`]: the sluice under test and its API; [`probe`]: its live dispatcher state.
@@ -15,15 +17,17 @@
 //! - [`phase`]: healthy customers next to one bad one, the shape of most scenarios; [`compare`]:
 //!   the figures and chart panel of healthy latency with and without it.
 //! - [`watch`]: sampling and the progress bar; [`sys`]: CPU and memory from `/proc`.
-//! - [`report`] and [`chart`]: the output.
+//! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
-//!   [`throttled`], [`flood`], [`replay`].
+//!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its processes, Redis and lease readings
+//!   are its own).
 
 mod backlog;
 mod chart;
 mod compare;
 mod dead_endpoint;
 mod drain;
+mod fleet;
 mod flood;
 mod harness;
 mod load;
@@ -67,6 +71,10 @@ pub enum Scenario {
     /// A recorded peak shape (mixed, throttling, slow, dead endpoints) at 1×, 2× and 4×: oldest
     /// ready age, pool utilisation, 429 share, with pass/fail verdicts.
     Replay,
+    /// One API and three dispatcher processes on PostgreSQL + Redis under load: `kill -9` of
+    /// one, SIGTERM of another, a Redis restart; lane bound, loss, duplicates, leases and
+    /// `/v1/scale`, with pass/fail verdicts (a full run exits non-zero on a failure).
+    Fleet,
 }
 
 impl Scenario {
@@ -80,6 +88,7 @@ impl Scenario {
             Scenario::Throttled => "throttled",
             Scenario::Flood => "flood",
             Scenario::Replay => "replay",
+            Scenario::Fleet => "fleet",
         }
     }
 }
@@ -112,7 +121,9 @@ pub struct BenchArgs {
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
     /// PostgreSQL for the embedded sluice: throughput, scale and every phase of the mixed
-    /// scenarios run in a fresh database created beside this one (and dropped after it).
+    /// scenarios run in a fresh database created beside this one (and dropped after it). fleet
+    /// always runs on PostgreSQL: this one, else `SLUICE_TEST_DATABASE_URL`, else
+    /// `postgres://postgres@127.0.0.1:5432/postgres`.
     #[arg(long, conflicts_with = "target")]
     pub database_url: Option<String>,
     /// Redis for fleet-wide lanes in the embedded sluice.
@@ -154,6 +165,10 @@ pub struct BenchArgs {
     /// flood --full: endpoints of the noisy tenant the backlog is spread over (default 10,000).
     #[arg(long)]
     pub backlog_endpoints: Option<usize>,
+    /// fleet: the slow endpoint's lane (`lane_size`), shared by the fleet through Redis
+    /// (default 4).
+    #[arg(long)]
+    pub lane: Option<u32>,
     /// throttled: requests the endpoint serves at once before answering 429.
     #[arg(long)]
     pub capacity: Option<usize>,
@@ -248,11 +263,20 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Throttled => throttled::run(&args).await?,
         Scenario::Flood => flood::run(&args).await?,
         Scenario::Replay => replay::run(&args).await?,
+        Scenario::Fleet => fleet::run(&args).await?,
     };
     if args.json {
         println!("{}", report.json());
     } else {
         print!("{}", report.table());
+    }
+    // A smoke run checks that the scenario works, not that its claims hold at that size.
+    if !args.smoke && report.failures() > 0 {
+        anyhow::bail!(
+            "{}: {} claim(s) failed",
+            args.scenario.name(),
+            report.failures()
+        );
     }
     Ok(())
 }

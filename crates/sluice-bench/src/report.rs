@@ -22,6 +22,15 @@ pub struct Figure {
     pub unit: &'static str,
 }
 
+/// One claim a scenario checks, and whether the run met it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Whether the claim held.
+    pub pass: bool,
+    /// The claim and the figures behind the answer.
+    pub text: String,
+}
+
 /// The result of one `sluice bench` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -41,6 +50,9 @@ pub struct Report {
     pub charts: Vec<String>,
     /// The time series behind the charts: name → `[seconds, value]` points.
     pub series: BTreeMap<String, Vec<(f64, f64)>>,
+    /// The claims checked, PASS or FAIL (scenarios with pass criteria).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<Verdict>,
 }
 
 impl Report {
@@ -55,6 +67,7 @@ impl Report {
             notes: Vec::new(),
             charts: Vec::new(),
             series: BTreeMap::new(),
+            verdicts: Vec::new(),
         }
     }
 
@@ -76,6 +89,19 @@ impl Report {
     /// Add a note.
     pub fn note(&mut self, text: impl Into<String>) {
         self.notes.push(text.into());
+    }
+
+    /// Record whether a claim held.
+    pub fn verdict(&mut self, pass: bool, text: impl Into<String>) {
+        self.verdicts.push(Verdict {
+            pass,
+            text: text.into(),
+        });
+    }
+
+    /// Claims that did not hold.
+    pub fn failures(&self) -> usize {
+        self.verdicts.iter().filter(|v| !v.pass).count()
     }
 
     /// Keep a series for the JSON output.
@@ -123,6 +149,14 @@ impl Report {
         for n in &self.notes {
             let _ = writeln!(out, "  note: {n}");
         }
+        for v in &self.verdicts {
+            let _ = writeln!(
+                out,
+                "  {}: {}",
+                if v.pass { "PASS" } else { "FAIL" },
+                v.text
+            );
+        }
         for c in &self.charts {
             let _ = writeln!(out, "  chart: {c}");
         }
@@ -168,11 +202,16 @@ mod tests {
         r.figure("rate", "delivery rate", Some(1234.5), "/s");
         r.figure("missing", "not measured", None, "ms");
         r.figure("p50", "p50", Some(0.01234), "ms");
+        r.verdict(true, "it held");
+        r.verdict(false, "it broke");
         let t = r.table();
+        assert!(t.contains("PASS: it held") && t.contains("FAIL: it broke"));
+        assert_eq!(r.failures(), 1);
         assert!(t.contains("delivery rate") && t.contains("1234") && t.contains("n/a"));
         assert!(t.contains("0.012"));
         let v: Value = serde_json::from_str(&r.json()).unwrap();
         assert_eq!(v["figures"].as_array().unwrap().len(), 3);
+        assert_eq!(v["verdicts"][1]["pass"], false);
         assert_eq!(r.value("rate"), Some(1234.5));
         assert_eq!(ratio(Some(4.0), Some(2.0)), Some(2.0));
         assert_eq!(ratio(Some(4.0), Some(0.0)), None);

@@ -191,6 +191,21 @@ impl Timeline {
         out
     }
 
+    /// The latency histogram of `group` over the seconds `[from_s, to_s)`.
+    pub(crate) fn latency_between(
+        &self,
+        group: usize,
+        from_s: usize,
+        to_s: usize,
+    ) -> LatencyHistogram {
+        let data = self.data[group].lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = LatencyHistogram::new();
+        for s in data.seconds.iter().take(to_s).skip(from_s) {
+            out.merge(&s.latency);
+        }
+        out
+    }
+
     /// `(second, quantile in ms)` for every second of `group` with at least one delivery.
     pub(crate) fn quantile_series(&self, group: usize, q: f64) -> Vec<(f64, f64)> {
         self.seconds(group)
@@ -217,8 +232,14 @@ pub(crate) fn ms(d: Duration) -> f64 {
 
 /// Pull `"sent_at_us":N` out of a payload without parsing the rest of it.
 pub(crate) fn sent_at_us(body: &[u8]) -> Option<u64> {
-    const KEY: &[u8] = b"\"sent_at_us\":";
-    let start = body.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    u64_field(body, "sent_at_us")
+}
+
+/// Pull the unsigned integer `"name":N` out of a payload without parsing the rest of it.
+pub(crate) fn u64_field(body: &[u8], name: &str) -> Option<u64> {
+    let key = format!("\"{name}\":");
+    let key = key.as_bytes();
+    let start = body.windows(key.len()).position(|w| w == key)? + key.len();
     let digits = body[start..]
         .iter()
         .skip_while(|b| **b == b' ')
@@ -241,6 +262,11 @@ mod tests {
         assert_eq!(sent_at_us(br#"{"sent_at_us":1234,"seq":1}"#), Some(1234));
         assert_eq!(sent_at_us(br#"{"seq":1, "sent_at_us": 99}"#), Some(99));
         assert_eq!(sent_at_us(br#"{"seq":1}"#), None);
+        assert_eq!(
+            u64_field(br#"{"sent_at_us":5,"c":3,"seq":17}"#, "seq"),
+            Some(17)
+        );
+        assert_eq!(u64_field(br#"{"sent_at_us":5,"c":3}"#, "c"), Some(3));
     }
 
     #[test]

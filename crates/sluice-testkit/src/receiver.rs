@@ -88,6 +88,11 @@ pub struct Received {
 /// Told about every request a receiver answers (not the blackhole's), e.g. to time
 /// deliveries into a benchmark's timeline.
 pub trait Observer: Send + Sync + 'static {
+    /// A request arrived with these `headers` and `body` (called just before
+    /// [`Observer::arrived`]), e.g. to read its `webhook-id`.
+    fn request(&self, headers: &HeaderMap, body: &[u8]) {
+        let _ = (headers, body);
+    }
     /// A request arrived with `body`, before any delay its behaviour adds.
     fn arrived(&self, body: &[u8]) {
         let _ = body;
@@ -273,6 +278,7 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     s.record.peak.fetch_max(now, Ordering::AcqRel);
     let _guard = InFlight(&s.record);
     if let Some(observer) = &s.observer {
+        observer.request(&headers, &body);
         observer.arrived(&body);
     }
     let response = answer(&s, n, now, &headers, &body).await;
