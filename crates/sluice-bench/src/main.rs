@@ -272,11 +272,12 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     // A smoke run checks that the scenario works, not that its claims hold at that size.
     if !args.smoke && report.failures() > 0 {
-        anyhow::bail!(
+        eprintln!(
             "{}: {} claim(s) failed",
             args.scenario.name(),
             report.failures()
         );
+        std::process::exit(1);
     }
     Ok(())
 }
