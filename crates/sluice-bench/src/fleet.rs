@@ -607,7 +607,8 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     let outcome = drive(args, binary, &db.url, &log_dir).await;
     db.drop_it().await;
     match &outcome {
-        Ok(report) if report.failures() == 0 => {
+        // A smoke run's timing claims fail by design (phases of a few seconds).
+        Ok(report) if args.smoke || report.failures() == 0 => {
             let _ = std::fs::remove_dir_all(&log_dir);
         }
         _ => eprintln!("fleet: process logs kept in {}", log_dir.display()),
