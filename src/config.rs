@@ -10,13 +10,16 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::admission::breaker::{BreakerSettings, BreakerSettingsError};
+use crate::admission::breaker::BreakerSettings;
 use crate::admission::governor::GovernorSettings;
 use crate::metrics::MetricsSettings;
 use crate::retry::{RetrySchedule, ShedSettings};
 use crate::server::listener::ListenerSettings;
 
 pub mod file;
+pub mod problem;
+
+pub use problem::SettingProblem;
 
 /// Which parts of sluice this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -591,15 +594,7 @@ impl RawSettings {
         );
         // The breaker states its own ranges; a setting read from a flag is named as the flag.
         for problem in d.breaker.problems() {
-            let BreakerSettingsError::OutOfRange {
-                field,
-                value,
-                valid,
-            } = problem;
-            errors.push(format!(
-                "{}: {value} is outside {valid}",
-                field.replace('_', "-")
-            ));
+            errors.push(problem.named(&problem.field.replace('_', "-")));
         }
         match ShedSettings::try_new(shed_min, shed_max) {
             Ok(s) => d.shed = s,
@@ -1030,7 +1025,7 @@ mod tests {
         };
         let refused = raw("5h").validate().unwrap_err().to_string();
         assert!(
-            refused.contains("latency-ceiling: 18000s is outside 1 ms..=1 h"),
+            refused.contains("latency-ceiling: 18000s must be 1ms–1h"),
             "{refused}"
         );
         assert!(raw("1h").validate().is_ok());
