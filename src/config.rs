@@ -216,7 +216,7 @@ impl DispatchSettings {
             self.lane_size,
             "1–10000",
         );
-        // Negated-style range checks: NaN is refused too.
+        // `contains` and the comparisons are false for NaN, so NaN is refused too.
         p.check(
             (1.0..=10.0).contains(&self.lane_headroom),
             "lane_headroom",

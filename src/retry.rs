@@ -70,9 +70,9 @@ impl RetrySchedule {
                 "above zero and at most 30 days",
             );
         }
-        // Negated so that NaN is refused too.
+        // `contains` is false for NaN, so NaN is refused too.
         let jitter = self.jitter;
-        p.check(jitter >= 0.0 && jitter < 1.0, "jitter", jitter, "in [0, 1)");
+        p.check((0.0..1.0).contains(&jitter), "jitter", jitter, "in [0, 1)");
         p.into_vec()
     }
 
