@@ -100,7 +100,7 @@ impl BreakerSettings {
         ] {
             p.check((1..=1_000_000).contains(&value), field, value, "1–1000000");
         }
-        // Negated so that NaN is refused too.
+        // A comparison with NaN is false, so NaN is refused too.
         let ratio = self.error_ratio;
         p.check(
             ratio > 0.0 && ratio <= 1.0,

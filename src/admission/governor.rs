@@ -111,7 +111,7 @@ impl GovernorSettings {
     pub fn problems(&self) -> Vec<SettingProblem> {
         let mut p = Problems::default();
         let (floor, ceiling) = (self.floor, self.ceiling);
-        // Written as negated range checks so that NaN is refused too.
+        // Each check states what is valid; every comparison with NaN is false, so NaN is refused.
         p.check(
             floor.is_finite() && floor >= 1.0,
             "floor",

@@ -52,7 +52,7 @@ impl ScalingSettings {
     pub fn problems(&self) -> Vec<SettingProblem> {
         let mut p = Problems::default();
         let (target, below) = (self.target_age_s, self.scale_in_below_s);
-        // Negated so that NaN is refused too.
+        // A comparison with NaN is false, so NaN is refused too.
         p.check(
             target.is_finite() && target > 0.0,
             "target_age_s",
