@@ -10,13 +10,17 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::admission::breaker::{BreakerSettings, BreakerSettingsError};
+use crate::admission::breaker::BreakerSettings;
 use crate::admission::governor::GovernorSettings;
 use crate::metrics::MetricsSettings;
 use crate::retry::{RetrySchedule, ShedSettings};
 use crate::server::listener::ListenerSettings;
+use problem::{Problems, shown};
 
 pub mod file;
+pub mod problem;
+
+pub use problem::SettingProblem;
 
 /// Which parts of sluice this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -38,6 +42,14 @@ impl Role {
     /// Does this role run the dispatcher?
     pub fn runs_dispatcher(self) -> bool {
         matches!(self, Role::All | Role::Dispatcher)
+    }
+    /// The role as `--role` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::All => "all",
+            Role::Api => "api",
+            Role::Dispatcher => "dispatcher",
+        }
     }
 }
 
@@ -151,6 +163,86 @@ impl DispatchSettings {
     pub fn lane_ceiling(&self, concurrency: u32) -> u32 {
         ((f64::from(concurrency) * self.lane_share).floor() as u32).max(1)
     }
+
+    /// Every value of the dispatcher's own out of range; its parts (`shed`, `retry`,
+    /// `governor`, `breaker`) list theirs with their own `problems`.
+    ///
+    /// The concurrency is 1–100,000 (`auto`: 1 ≤ min ≤ max ≤ 100,000); each attempt timeout
+    /// is above zero and at most its cap; the lease outlasts the total deadline plus the lane
+    /// deadline plus 5 s; a lane is 1–10,000 slots with 1–10× headroom and a share in (0, 1];
+    /// retention is at least 1 h and the heartbeat interval 1 s–60 s.
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        match self.concurrency {
+            Concurrency::Fixed(n) => p.check(
+                (1..=100_000).contains(&n),
+                "concurrency",
+                n,
+                "1–100000 or auto",
+            ),
+            Concurrency::Auto { min, max } => p.check(
+                1 <= min && min <= max && max <= 100_000,
+                "concurrency",
+                format_args!("auto:{min}-{max}"),
+                "auto:MIN-MAX with 1 <= MIN <= MAX <= 100000",
+            ),
+        }
+        let (timeouts, caps) = (self.timeouts, self.timeout_caps);
+        for (field, value, cap) in [
+            ("timeouts.connect", timeouts.connect, caps.connect),
+            ("timeouts.read", timeouts.read, caps.read),
+            ("timeouts.total", timeouts.total, caps.total),
+        ] {
+            p.check(
+                !value.is_zero() && value <= cap,
+                field,
+                shown(value),
+                format_args!("above zero and at most {}", shown(cap)),
+            );
+        }
+        let outlast = timeouts.total + self.lane_deadline + Duration::from_secs(5);
+        p.check(
+            self.lease_ttl > outlast,
+            "lease_ttl",
+            shown(self.lease_ttl),
+            format_args!(
+                "more than the total deadline plus the lane deadline plus 5s ({})",
+                shown(outlast)
+            ),
+        );
+        p.check(
+            (1..=10_000).contains(&self.lane_size),
+            "lane_size",
+            self.lane_size,
+            "1–10000",
+        );
+        // `contains` and the comparisons are false for NaN, so NaN is refused too.
+        p.check(
+            (1.0..=10.0).contains(&self.lane_headroom),
+            "lane_headroom",
+            self.lane_headroom,
+            "1–10",
+        );
+        p.check(
+            self.lane_share > 0.0 && self.lane_share <= 1.0,
+            "lane_share",
+            self.lane_share,
+            "in (0, 1]",
+        );
+        p.check(
+            self.retention >= Duration::from_secs(3600),
+            "retention",
+            shown(self.retention),
+            "at least 1h",
+        );
+        p.check(
+            (Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.heartbeat_interval),
+            "heartbeat_interval",
+            shown(self.heartbeat_interval),
+            "1s–60s",
+        );
+        p.into_vec()
+    }
 }
 
 impl Default for DispatchSettings {
@@ -226,6 +318,94 @@ pub struct Config {
     pub store_deadline: Duration,
     /// How many endpoints and tenants the metrics may name.
     pub metrics: MetricsSettings,
+}
+
+impl Config {
+    /// Every value out of range anywhere in the configuration, each named by the flag that
+    /// sets it (`lease-ttl: 10s must be …`). The rules are the settings types' own
+    /// (`problems()` on each); this only collects them and names them.
+    pub fn problems(&self) -> Vec<String> {
+        let d = &self.dispatch;
+        let mut all = Vec::new();
+        let mut name = |problems: Vec<SettingProblem>, flag: &dyn Fn(&str) -> String| {
+            all.extend(problems.iter().map(|p| p.named(&flag(p.field))));
+        };
+        name(self.own_problems(), &flag);
+        name(d.problems(), &|field| match field {
+            "timeouts.connect" => "connect-timeout".into(),
+            "timeouts.read" => "read-timeout".into(),
+            "timeouts.total" => "total-timeout".into(),
+            other => flag(other),
+        });
+        name(d.shed.problems(), &|field| format!("shed-{}", flag(field)));
+        name(d.retry.problems(), &|field| match field {
+            "delays" => "retry-schedule".into(),
+            other => format!("retry {other}"),
+        });
+        name(d.breaker.problems(), &|field| match field {
+            "latency_ceiling" => "latency-ceiling".into(),
+            other => format!("breaker {other}"),
+        });
+        // No flag sets the governor: its defaults are checked all the same.
+        name(d.governor.problems(), &|field| format!("governor {field}"));
+        name(self.http.problems(), &|field| match field {
+            "header_read_timeout" => "http-header-timeout".into(),
+            "body_read_timeout" => "http-body-timeout".into(),
+            other => format!("http-{}", flag(other)),
+        });
+        name(self.metrics.problems(), &|field| {
+            format!("metrics-{}", flag(field))
+        });
+        name(self.console.problems(), &|field| {
+            format!("console-{}", flag(field))
+        });
+        all
+    }
+
+    /// The problems of the settings kept on `Config` itself: the store deadline is
+    /// 100 ms–60 s, a payload 1 byte–16 MiB, an admin token at least 16 characters, and
+    /// split roles need PostgreSQL.
+    fn own_problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        p.check(
+            (Duration::from_millis(100)..=Duration::from_secs(60)).contains(&self.store_deadline),
+            "store_deadline",
+            shown(self.store_deadline),
+            "100ms–60s",
+        );
+        p.check(
+            (1..=16 * 1024 * 1024).contains(&self.max_payload_bytes),
+            "max_payload_bytes",
+            self.max_payload_bytes,
+            "1–16777216",
+        );
+        if let Some(token) = &self.admin_token {
+            let length = token.len();
+            p.check(
+                length >= 16,
+                "admin_token",
+                format_args!("a {length}-character token"),
+                "at least 16 characters long",
+            );
+        }
+        p.check(
+            self.role == Role::All || self.database_url.as_deref().is_some_and(is_postgres),
+            "role",
+            self.role.name(),
+            "all unless --database-url is PostgreSQL: api and dispatcher processes share one database",
+        );
+        p.into_vec()
+    }
+}
+
+/// The flag that sets a settings field: `lane_share` is `lane-share`.
+fn flag(field: &str) -> String {
+    field.replace('_', "-")
+}
+
+/// Is this a PostgreSQL URL (rather than `sqlite:`)?
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// Default `--store-deadline`: well above a healthy commit (milliseconds, a checkpoint stall
@@ -460,183 +640,84 @@ impl RawSettings {
         file::read(path)
     }
 
-    /// Validate everything, reporting every bad value at once.
+    /// Validate everything, reporting every bad value at once: parse every text value (a
+    /// value that does not parse is reported and its default kept), fill the settings, then
+    /// collect what each settings type finds out of range ([`Config::problems`]).
     pub fn validate(self) -> Result<Config, ConfigError> {
         let mut errors = Vec::new();
         let mut d = DispatchSettings::default();
-        let mut duration = |name: &str, value: &Option<String>, default: Duration| match value {
-            None => default,
-            Some(text) => parse_duration(text).unwrap_or_else(|e| {
-                errors.push(format!("{name}: {e}"));
-                default
-            }),
-        };
-        d.timeouts.connect = duration("connect-timeout", &self.connect_timeout, d.timeouts.connect);
-        d.timeouts.read = duration("read-timeout", &self.read_timeout, d.timeouts.read);
-        d.timeouts.total = duration("total-timeout", &self.total_timeout, d.timeouts.total);
-        d.lease_ttl = duration("lease-ttl", &self.lease_ttl, d.lease_ttl);
-        d.lane_deadline = duration("lane-deadline", &self.lane_deadline, d.lane_deadline);
-        let shed_min = duration("shed-min-delay", &self.shed_min_delay, d.shed.min_delay);
-        let shed_max = duration("shed-max-delay", &self.shed_max_delay, d.shed.max_delay);
-        d.breaker.latency_ceiling = duration(
-            "latency-ceiling",
-            &self.latency_ceiling,
-            d.breaker.latency_ceiling,
-        );
-        d.auto_disable_after = duration(
-            "auto-disable-after",
-            &self.auto_disable_after,
-            d.auto_disable_after,
-        );
-        d.rotation_overlap = duration(
-            "rotation-overlap",
-            &self.rotation_overlap,
-            d.rotation_overlap,
-        );
-        d.drain_grace = duration("drain-grace", &self.drain_grace, d.drain_grace);
-        d.retention = duration("retention", &self.retention, d.retention);
         let mut http = ListenerSettings::default();
-        http.header_read_timeout = duration(
-            "http-header-timeout",
-            &self.http_header_timeout,
-            http.header_read_timeout,
-        );
-        http.body_read_timeout = duration(
-            "http-body-timeout",
-            &self.http_body_timeout,
-            http.body_read_timeout,
-        );
-        http.idle_timeout = duration(
-            "http-idle-timeout",
-            &self.http_idle_timeout,
-            http.idle_timeout,
-        );
-        let store_deadline = duration(
-            "store-deadline",
-            &self.store_deadline,
-            DEFAULT_STORE_DEADLINE,
-        );
-        d.heartbeat_interval = duration(
-            "heartbeat-interval",
-            &self.heartbeat_interval,
-            d.heartbeat_interval,
-        );
-        let heartbeat_interval = d.heartbeat_interval;
-
-        let check = |ok: bool, errors: &mut Vec<String>, msg: String| {
-            if !ok {
-                errors.push(msg);
-            }
-        };
-        for (name, v, cap) in [
+        let mut store_deadline = DEFAULT_STORE_DEADLINE;
+        for (name, text, into) in [
             (
                 "connect-timeout",
-                d.timeouts.connect,
-                d.timeout_caps.connect,
+                &self.connect_timeout,
+                &mut d.timeouts.connect,
             ),
-            ("read-timeout", d.timeouts.read, d.timeout_caps.read),
-            ("total-timeout", d.timeouts.total, d.timeout_caps.total),
-        ] {
-            check(
-                !v.is_zero() && v <= cap,
-                &mut errors,
-                format!("{name}: {v:?} must be above zero and at most {cap:?}"),
-            );
-        }
-        check(
-            d.lease_ttl > d.timeouts.total + d.lane_deadline + Duration::from_secs(5),
-            &mut errors,
-            format!(
-                "lease-ttl: {:?} must exceed the total deadline plus the lane deadline plus 5s ({:?})",
-                d.lease_ttl,
-                d.timeouts.total + d.lane_deadline + Duration::from_secs(5)
-            ),
-        );
-        check(
-            (Duration::from_millis(100)..=Duration::from_secs(60)).contains(&store_deadline),
-            &mut errors,
-            format!("store-deadline: {store_deadline:?} must be 100ms–60s"),
-        );
-        check(
-            (Duration::from_secs(1)..=Duration::from_secs(60)).contains(&heartbeat_interval),
-            &mut errors,
-            format!("heartbeat-interval: {heartbeat_interval:?} must be 1s–60s"),
-        );
-        let mut metrics = MetricsSettings::default();
-        for (name, value, slot) in [
+            ("read-timeout", &self.read_timeout, &mut d.timeouts.read),
+            ("total-timeout", &self.total_timeout, &mut d.timeouts.total),
+            ("lease-ttl", &self.lease_ttl, &mut d.lease_ttl),
+            ("lane-deadline", &self.lane_deadline, &mut d.lane_deadline),
             (
-                "metrics-top-endpoints",
-                self.metrics_top_endpoints,
-                &mut metrics.top_endpoints,
+                "shed-min-delay",
+                &self.shed_min_delay,
+                &mut d.shed.min_delay,
             ),
             (
-                "metrics-top-tenants",
-                self.metrics_top_tenants,
-                &mut metrics.top_tenants,
+                "shed-max-delay",
+                &self.shed_max_delay,
+                &mut d.shed.max_delay,
             ),
+            (
+                "latency-ceiling",
+                &self.latency_ceiling,
+                &mut d.breaker.latency_ceiling,
+            ),
+            (
+                "auto-disable-after",
+                &self.auto_disable_after,
+                &mut d.auto_disable_after,
+            ),
+            (
+                "rotation-overlap",
+                &self.rotation_overlap,
+                &mut d.rotation_overlap,
+            ),
+            ("drain-grace", &self.drain_grace, &mut d.drain_grace),
+            ("retention", &self.retention, &mut d.retention),
+            (
+                "heartbeat-interval",
+                &self.heartbeat_interval,
+                &mut d.heartbeat_interval,
+            ),
+            (
+                "http-header-timeout",
+                &self.http_header_timeout,
+                &mut http.header_read_timeout,
+            ),
+            (
+                "http-body-timeout",
+                &self.http_body_timeout,
+                &mut http.body_read_timeout,
+            ),
+            (
+                "http-idle-timeout",
+                &self.http_idle_timeout,
+                &mut http.idle_timeout,
+            ),
+            ("store-deadline", &self.store_deadline, &mut store_deadline),
         ] {
-            if let Some(n) = value {
-                check(
-                    n <= 1000,
-                    &mut errors,
-                    format!("{name}: {n} must be 0–1000"),
-                );
-                *slot = n as usize;
+            match text.as_deref().map(parse_duration) {
+                None => {}
+                Some(Ok(duration)) => *into = duration,
+                Some(Err(e)) => errors.push(format!("{name}: {e}")),
             }
-        }
-        check(
-            d.retention >= Duration::from_secs(3600),
-            &mut errors,
-            format!("retention: {:?} must be at least 1h", d.retention),
-        );
-        // The breaker states its own ranges; a setting read from a flag is named as the flag.
-        for problem in d.breaker.problems() {
-            let BreakerSettingsError::OutOfRange {
-                field,
-                value,
-                valid,
-            } = problem;
-            errors.push(format!(
-                "{}: {value} is outside {valid}",
-                field.replace('_', "-")
-            ));
-        }
-        match ShedSettings::try_new(shed_min, shed_max) {
-            Ok(s) => d.shed = s,
-            Err(e) => errors.push(format!("shed delays: {e}")),
         }
         if let Some(text) = &self.retry_schedule {
-            let delays: Result<Vec<Duration>, String> =
-                text.split(',').map(|p| parse_duration(p.trim())).collect();
-            match delays.map(|v| RetrySchedule::try_new(v, 0.2)) {
-                Ok(Ok(s)) => d.retry = s,
-                Ok(Err(e)) => errors.push(format!("retry-schedule: {e}")),
+            match text.split(',').map(parse_duration).collect() {
+                Ok(delays) => d.retry.delays = delays,
                 Err(e) => errors.push(format!("retry-schedule: {e}")),
             }
-        }
-        if let Some(n) = self.lane_size {
-            check(
-                (1..=10_000).contains(&n),
-                &mut errors,
-                format!("lane-size: {n} must be 1–10000"),
-            );
-            d.lane_size = n;
-        }
-        if let Some(h) = self.lane_headroom {
-            check(
-                (1.0..=10.0).contains(&h),
-                &mut errors,
-                format!("lane-headroom: {h} must be 1–10"),
-            );
-            d.lane_headroom = h;
-        }
-        if let Some(s) = self.lane_share {
-            check(
-                s > 0.0 && s <= 1.0,
-                &mut errors,
-                format!("lane-share: {s} must be in (0, 1]"),
-            );
-            d.lane_share = s;
         }
         if let Some(text) = &self.concurrency {
             match parse_concurrency(text) {
@@ -644,6 +725,16 @@ impl RawSettings {
                 Err(e) => errors.push(format!("concurrency: {e}")),
             }
         }
+        d.lane_size = self.lane_size.unwrap_or(d.lane_size);
+        d.lane_headroom = self.lane_headroom.unwrap_or(d.lane_headroom);
+        d.lane_share = self.lane_share.unwrap_or(d.lane_share);
+        http.max_connections = self.http_max_connections.unwrap_or(http.max_connections);
+        let mut metrics = MetricsSettings::default();
+        let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
+        metrics.top_endpoints = self
+            .metrics_top_endpoints
+            .map_or(metrics.top_endpoints, count);
+        metrics.top_tenants = self.metrics_top_tenants.map_or(metrics.top_tenants, count);
         for net in &self.allow_network {
             match net.trim().parse::<IpNet>() {
                 Ok(n) => d.allow_networks.push(n),
@@ -653,35 +744,18 @@ impl RawSettings {
                 },
             }
         }
-        let listen = match self.listen.as_deref().unwrap_or("127.0.0.1:8080").parse() {
-            Ok(a) => a,
-            Err(_) => {
+        let default_listen = SocketAddr::from(([127, 0, 0, 1], 8080));
+        let listen = match self.listen.as_deref().map(str::parse) {
+            None => default_listen,
+            Some(Ok(a)) => a,
+            Some(Err(_)) => {
                 errors.push(format!(
                     "listen: {:?} is not an address like 127.0.0.1:8080",
-                    self.listen.unwrap_or_default()
+                    self.listen.clone().unwrap_or_default()
                 ));
-                "127.0.0.1:8080".parse().expect("literal address")
+                default_listen
             }
         };
-        for (name, v, max) in [
-            ("http-header-timeout", http.header_read_timeout, 300),
-            ("http-body-timeout", http.body_read_timeout, 600),
-            ("http-idle-timeout", http.idle_timeout, 3600),
-        ] {
-            check(
-                v >= Duration::from_millis(100) && v <= Duration::from_secs(max),
-                &mut errors,
-                format!("{name}: {v:?} must be 100ms–{max}s"),
-            );
-        }
-        if let Some(n) = self.http_max_connections {
-            check(
-                (1..=1_000_000).contains(&n),
-                &mut errors,
-                format!("http-max-connections: {n} must be 1–1000000"),
-            );
-            http.max_connections = n;
-        }
         let operator_listen = match self.operator_listen.as_deref().map(str::parse) {
             None => None,
             Some(Ok(a)) => Some(a),
@@ -693,30 +767,17 @@ impl RawSettings {
                 None
             }
         };
-        let role = self.role.unwrap_or(Role::All);
-        let is_postgres = self
-            .database_url
-            .as_deref()
-            .is_some_and(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"));
-        if let Some(url) = &self.database_url {
-            check(
-                is_postgres || url.starts_with("sqlite:"),
-                &mut errors,
-                format!("database-url: {url:?} must start with postgres:// or sqlite:"),
-            );
+        if let Some(url) = &self.database_url
+            && !(is_postgres(url) || url.starts_with("sqlite:"))
+        {
+            errors.push(format!(
+                "database-url: {url:?} must start with postgres:// or sqlite:"
+            ));
         }
-        check(
-            role == Role::All || is_postgres,
-            &mut errors,
-            "role: api and dispatcher processes must share a PostgreSQL database (--database-url)"
-                .into(),
-        );
-        if let Some(url) = &self.redis_url {
-            check(
-                url.starts_with("redis://") || url.starts_with("rediss://"),
-                &mut errors,
-                format!("redis-url: {url:?} must start with redis://"),
-            );
+        if let Some(url) = &self.redis_url
+            && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+        {
+            errors.push(format!("redis-url: {url:?} must start with redis://"));
         }
         let sqlite_synchronous_full = match self.sqlite_synchronous.as_deref() {
             None | Some("full") => true,
@@ -736,24 +797,8 @@ impl RawSettings {
                 false
             }
         };
-        let max_payload_bytes = self.max_payload_bytes.unwrap_or(256 * 1024);
-        check(
-            (1..=16 * 1024 * 1024).contains(&max_payload_bytes),
-            &mut errors,
-            format!("max-payload-bytes: {max_payload_bytes} must be 1–16777216"),
-        );
-        if let Some(t) = &self.admin_token {
-            check(
-                t.len() >= 16,
-                &mut errors,
-                "admin-token: must be at least 16 characters".into(),
-            );
-        }
-        let console = self.console.validate(&mut errors);
-        if !errors.is_empty() {
-            return Err(ConfigError(errors));
-        }
-        Ok(Config {
+        let console = self.console.parse(&mut errors);
+        let config = Config {
             listen,
             operator_listen,
             http,
@@ -762,16 +807,21 @@ impl RawSettings {
                 .unwrap_or_else(|| PathBuf::from("sluice-data")),
             database_url: self.database_url,
             redis_url: self.redis_url,
-            role,
+            role: self.role.unwrap_or(Role::All),
             admin_token: self.admin_token,
-            max_payload_bytes,
+            max_payload_bytes: self.max_payload_bytes.unwrap_or(256 * 1024),
             sqlite_synchronous_full,
             log_json,
             dispatch: d,
             console,
             store_deadline,
             metrics,
-        })
+        };
+        errors.extend(config.problems());
+        match errors.is_empty() {
+            true => Ok(config),
+            false => Err(ConfigError(errors)),
+        }
     }
 }
 
@@ -792,7 +842,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// Parse `512`, `auto` or `auto:64-2048`.
+/// Parse `512`, `auto` (16–4096) or `auto:64-2048`; the range is checked by
+/// [`DispatchSettings::problems`].
 pub fn parse_concurrency(text: &str) -> Result<Concurrency, String> {
     let text = text.trim();
     if let Some(rest) = text.strip_prefix("auto") {
@@ -809,15 +860,11 @@ pub fn parse_concurrency(text: &str) -> Result<Concurrency, String> {
             }
             None => return Err(format!("{text:?}: expected auto or auto:MIN-MAX")),
         };
-        if min == 0 || min > max || max > 100_000 {
-            return Err(format!("{text:?}: need 1 <= MIN <= MAX <= 100000"));
-        }
         return Ok(Concurrency::Auto { min, max });
     }
-    match text.parse::<u32>() {
-        Ok(n) if (1..=100_000).contains(&n) => Ok(Concurrency::Fixed(n)),
-        _ => Err(format!("{text:?} must be 1–100000 or auto")),
-    }
+    text.parse::<u32>()
+        .map(Concurrency::Fixed)
+        .map_err(|_| format!("{text:?} is not a number, auto or auto:MIN-MAX"))
 }
 
 // ---- the console (`/console/`): portal links, sessions, framing ------------------------------
@@ -853,6 +900,37 @@ impl Default for ConsoleSettings {
             cookie_key: None,
             public_url: None,
         }
+    }
+}
+
+impl ConsoleSettings {
+    /// Every value out of range: a link lasts 1m–7d, a session 5m–30d, and a cookie key has
+    /// at least 32 characters (its length is shown, never the key).
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        let minute = Duration::from_secs(60);
+        let day = Duration::from_secs(86_400);
+        for (field, value, min, max, valid) in [
+            ("link_ttl", self.link_ttl, minute, 7 * day, "1m–7d"),
+            (
+                "session_ttl",
+                self.session_ttl,
+                5 * minute,
+                30 * day,
+                "5m–30d",
+            ),
+        ] {
+            p.check((min..=max).contains(&value), field, shown(value), valid);
+        }
+        if let Some(key) = &self.cookie_key {
+            p.check(
+                key.len() >= 32,
+                "cookie_key",
+                format_args!("a {}-character key", key.len()),
+                "at least 32 characters long",
+            );
+        }
+        p.into_vec()
     }
 }
 
@@ -907,34 +985,20 @@ impl RawConsoleSettings {
         }
     }
 
-    /// Validate, adding every bad value to `errors`.
-    pub fn validate(self, errors: &mut Vec<String>) -> ConsoleSettings {
+    /// Parse every text value, adding each that does not parse to `errors` (its default is
+    /// kept); the ranges are checked by [`ConsoleSettings::problems`].
+    pub fn parse(self, errors: &mut Vec<String>) -> ConsoleSettings {
         let mut c = ConsoleSettings::default();
-        let mut bounded =
-            |name: &str, text: &Option<String>, min: u64, max: u64, into: &mut Duration| {
-                let Some(text) = text else { return };
-                match parse_duration(text) {
-                    Ok(d) if (min..=max).contains(&d.as_secs()) => *into = d,
-                    Ok(d) => {
-                        errors.push(format!("{name}: {d:?} must be between {min} s and {max} s"))
-                    }
-                    Err(e) => errors.push(format!("{name}: {e}")),
-                }
-            };
-        bounded(
-            "console-link-ttl",
-            &self.link_ttl,
-            60,
-            7 * 86400,
-            &mut c.link_ttl,
-        );
-        bounded(
-            "console-session-ttl",
-            &self.session_ttl,
-            300,
-            30 * 86400,
-            &mut c.session_ttl,
-        );
+        for (name, text, into) in [
+            ("console-link-ttl", &self.link_ttl, &mut c.link_ttl),
+            ("console-session-ttl", &self.session_ttl, &mut c.session_ttl),
+        ] {
+            match text.as_deref().map(parse_duration) {
+                None => {}
+                Some(Ok(duration)) => *into = duration,
+                Some(Err(e)) => errors.push(format!("{name}: {e}")),
+            }
+        }
         if let Some(text) = &self.frame_ancestors {
             match parse_frame_ancestors(text) {
                 Ok(v) => c.frame_ancestors = v,
@@ -942,12 +1006,7 @@ impl RawConsoleSettings {
             }
         }
         c.secure_cookies = self.secure_cookies.unwrap_or(true);
-        if let Some(key) = self.cookie_key {
-            if key.len() < 32 {
-                errors.push("console-cookie-key: must be at least 32 characters".into());
-            }
-            c.cookie_key = Some(key);
-        }
+        c.cookie_key = self.cookie_key;
         if let Some(u) = self.public_url {
             let trimmed = u.trim_end_matches('/');
             match url::Url::parse(trimmed) {
@@ -1018,8 +1077,36 @@ mod tests {
             parse_concurrency("auto:8-128"),
             Ok(Concurrency::Auto { min: 8, max: 128 })
         );
-        assert!(parse_concurrency("0").is_err());
-        assert!(parse_concurrency("auto:9-3").is_err());
+        assert_eq!(
+            parse_concurrency(" auto "),
+            Ok(Concurrency::Auto { min: 16, max: 4096 })
+        );
+        assert!(parse_concurrency("lots").is_err());
+        assert!(parse_concurrency("auto:9").is_err());
+        // The range is the dispatcher's rule, not the parser's.
+        for (text, refused) in [
+            ("0", "concurrency: 0 must be 1–100000 or auto"),
+            ("100001", "concurrency: 100001 must be 1–100000 or auto"),
+            (
+                "auto:9-3",
+                "concurrency: auto:9-3 must be auto:MIN-MAX with 1 <= MIN <= MAX",
+            ),
+            ("auto:0-3", "concurrency: auto:0-3 must be auto:MIN-MAX"),
+        ] {
+            let raw = RawSettings {
+                concurrency: Some(text.into()),
+                ..Default::default()
+            };
+            let err = raw.validate().expect_err(text);
+            assert!(err.0.len() == 1 && err.0[0].starts_with(refused), "{err}");
+        }
+        for text in ["1", "100000", "auto:1-1", "auto:100000-100000"] {
+            let raw = RawSettings {
+                concurrency: Some(text.into()),
+                ..Default::default()
+            };
+            assert!(raw.validate().is_ok(), "{text}");
+        }
     }
 
     #[test]
@@ -1028,13 +1115,15 @@ mod tests {
             latency_ceiling: Some(ceiling.into()),
             ..Default::default()
         };
-        let refused = raw("5h").validate().unwrap_err().to_string();
-        assert!(
-            refused.contains("latency-ceiling: 18000s is outside 1 ms..=1 h"),
+        let refused = raw("5h").validate().unwrap_err();
+        assert_eq!(
+            refused.0,
+            ["latency-ceiling: 18000s must be 1ms–1h"],
             "{refused}"
         );
         assert!(raw("1h").validate().is_ok());
         assert!(raw("1ms").validate().is_ok());
+        assert!(raw("1h1ms").validate().is_err());
     }
 
     #[test]
@@ -1085,15 +1174,18 @@ mod tests {
             public_url: Some("ftp://x".into()),
             ..Default::default()
         };
-        raw.validate(&mut errors);
-        assert_eq!(errors.len(), 4, "{errors:?}");
+        let parsed = raw.parse(&mut errors);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        let fields: Vec<_> = parsed.problems().into_iter().map(|p| p.field).collect();
+        assert_eq!(fields, ["link_ttl", "cookie_key"]);
         assert_eq!(
             parse_frame_ancestors("'self'  https://*.example.com").as_deref(),
             Ok("'self' https://*.example.com")
         );
         assert!(parse_frame_ancestors("'none' https://a.example").is_err());
-        let ok = RawConsoleSettings::default().validate(&mut errors);
+        let ok = RawConsoleSettings::default().parse(&mut errors);
         assert_eq!(ok, ConsoleSettings::default());
+        assert_eq!(ok.problems(), []);
         let file: RawSettings = toml::from_str("[console]\nlink_ttl = \"5m\"\n").expect("toml");
         let c = RawSettings::default().or(file).validate().expect("valid");
         assert_eq!(c.console.link_ttl, Duration::from_secs(300));
@@ -1158,6 +1250,184 @@ mod tests {
             ..Default::default()
         };
         assert!(raw.validate().is_err());
+    }
+
+    #[test]
+    fn three_unrelated_bad_flags_are_reported_in_one_error() {
+        let raw = RawSettings {
+            latency_ceiling: Some("5h".into()),
+            http_max_connections: Some(0),
+            metrics_top_tenants: Some(1001),
+            ..Default::default()
+        };
+        let err = raw.validate().unwrap_err();
+        assert_eq!(
+            err.0,
+            [
+                "latency-ceiling: 18000s must be 1ms–1h",
+                "http-max-connections: 0 must be 1–1000000",
+                "metrics-top-tenants: 1001 must be 0–1000",
+            ],
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with("invalid configuration:\n  latency-ceiling"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 4, "{text}");
+    }
+
+    #[test]
+    fn every_range_problem_is_named_by_its_flag() {
+        let raw = RawSettings {
+            connect_timeout: Some("11s".into()),
+            read_timeout: Some("31s".into()),
+            total_timeout: Some("46s".into()),
+            lease_ttl: Some("50s".into()),
+            lane_size: Some(10_001),
+            lane_headroom: Some(0.5),
+            lane_share: Some(0.0),
+            retention: Some("59m".into()),
+            heartbeat_interval: Some("61s".into()),
+            shed_min_delay: Some("30s".into()),
+            retry_schedule: Some("5s,0s".into()),
+            http_header_timeout: Some("6m".into()),
+            store_deadline: Some("61s".into()),
+            max_payload_bytes: Some(0),
+            metrics_top_endpoints: Some(2000),
+            admin_token: Some("short".into()),
+            console: RawConsoleSettings {
+                session_ttl: Some("31d".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let err = raw.validate().unwrap_err();
+        let flags: Vec<_> = err
+            .0
+            .iter()
+            .map(|e| e.split(':').next().unwrap_or_default())
+            .collect();
+        let expected = [
+            "store-deadline",
+            "max-payload-bytes",
+            "admin-token",
+            "connect-timeout",
+            "read-timeout",
+            "total-timeout",
+            "lease-ttl",
+            "lane-size",
+            "lane-headroom",
+            "lane-share",
+            "retention",
+            "heartbeat-interval",
+            "shed-min-delay",
+            "retry-schedule",
+            "http-header-timeout",
+            "metrics-top-endpoints",
+            "console-session-ttl",
+        ];
+        assert_eq!(flags, expected, "{err}");
+        for message in [
+            "connect-timeout: 11s must be above zero and at most 10s",
+            "lease-ttl: 50s must be more than the total deadline plus the lane deadline plus 5s (51.5s)",
+            "retry-schedule: 0ns (delay 2) must be above zero and at most 30 days",
+            "shed-min-delay: 30s must be above zero and at most the longest delay (20s)",
+            "admin-token: a 5-character token must be at least 16 characters long",
+        ] {
+            assert!(err.0.iter().any(|e| e == message), "{message}: {err}");
+        }
+        assert!(
+            !err.to_string().contains("short"),
+            "the token is never shown: {err}"
+        );
+    }
+
+    #[test]
+    fn dispatch_settings_list_every_problem_and_accept_their_edges() {
+        assert_eq!(DispatchSettings::default().problems(), []);
+        let bad = DispatchSettings {
+            concurrency: Concurrency::Fixed(0),
+            timeouts: AttemptTimeouts {
+                connect: Duration::ZERO,
+                read: Duration::from_secs(31),
+                total: Duration::from_secs(15),
+            },
+            lane_size: 0,
+            lane_headroom: f64::NAN,
+            lane_share: 1.5,
+            retention: Duration::from_secs(3599),
+            heartbeat_interval: Duration::from_millis(999),
+            ..DispatchSettings::default()
+        };
+        let fields: Vec<_> = bad.problems().into_iter().map(|p| p.field).collect();
+        let expected = [
+            "concurrency",
+            "timeouts.connect",
+            "timeouts.read",
+            "lane_size",
+            "lane_headroom",
+            "lane_share",
+            "retention",
+            "heartbeat_interval",
+        ];
+        assert_eq!(fields, expected);
+        let caps = DispatchSettings::default().timeout_caps;
+        let edges = DispatchSettings {
+            concurrency: Concurrency::Auto {
+                min: 1,
+                max: 100_000,
+            },
+            timeouts: caps,
+            // Just over the total cap plus the lane deadline plus 5 s.
+            lease_ttl: caps.total
+                + Duration::from_millis(500)
+                + Duration::from_secs(5)
+                + Duration::from_nanos(1),
+            lane_size: 10_000,
+            lane_headroom: 10.0,
+            lane_share: 1.0,
+            retention: Duration::from_secs(3600),
+            heartbeat_interval: Duration::from_secs(60),
+            ..DispatchSettings::default()
+        };
+        assert_eq!(edges.problems(), []);
+        let low = DispatchSettings {
+            concurrency: Concurrency::Fixed(1),
+            lane_size: 1,
+            lane_headroom: 1.0,
+            heartbeat_interval: Duration::from_secs(1),
+            ..DispatchSettings::default()
+        };
+        assert_eq!(low.problems(), []);
+        let lease = DispatchSettings {
+            lease_ttl: Duration::from_millis(20_500),
+            ..DispatchSettings::default()
+        };
+        assert_eq!(
+            lease.problems()[0].field,
+            "lease_ttl",
+            "equal is not enough"
+        );
+    }
+
+    #[test]
+    fn console_settings_accept_their_edges() {
+        let edge = |link: u64, session: u64| ConsoleSettings {
+            link_ttl: Duration::from_secs(link),
+            session_ttl: Duration::from_secs(session),
+            cookie_key: Some("k".repeat(32)),
+            ..ConsoleSettings::default()
+        };
+        assert_eq!(edge(60, 300).problems(), []);
+        assert_eq!(edge(7 * 86_400, 30 * 86_400).problems(), []);
+        let fields: Vec<_> = edge(59, 30 * 86_400 + 1)
+            .problems()
+            .into_iter()
+            .map(|p| p.field)
+            .collect();
+        assert_eq!(fields, ["link_ttl", "session_ttl"]);
     }
 
     #[test]

@@ -7,32 +7,11 @@ use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 
+use crate::config::SettingProblem;
+use crate::config::problem::{Problems, shown};
+
 /// The longest single delay a schedule or shed range may hold; keeps millisecond arithmetic exact.
 pub const MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// Why retry or shed settings were refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RetrySettingsError {
-    /// A retry delay is zero (a hot retry loop) or longer than [`MAX_DELAY`].
-    #[error("retry delay #{index} must lie in (0 s, 30 days], got {delay:?}")]
-    DelayOutOfRange {
-        /// Position of the delay in the schedule, from 0.
-        index: usize,
-        /// The offending delay.
-        delay: Duration,
-    },
-    /// The jitter fraction is not within `[0, 1)`.
-    #[error("retry jitter must lie within [0, 1), got {0}")]
-    JitterOutOfRange(f64),
-    /// The shed delay range is empty, starts at zero or ends past [`MAX_DELAY`].
-    #[error("shed delay range must satisfy 0 s < min <= max <= 30 days, got {min:?}..={max:?}")]
-    ShedRangeInvalid {
-        /// The configured minimum delay.
-        min: Duration,
-        /// The configured maximum delay.
-        max: Duration,
-    },
-}
 
 /// When a failed delivery is tried again, and when it is dead-lettered instead.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,30 +46,34 @@ impl Default for RetrySchedule {
 
 impl RetrySchedule {
     /// Builds a schedule, refusing any delay or jitter outside its documented range.
-    pub fn try_new(delays: Vec<Duration>, jitter: f64) -> Result<Self, RetrySettingsError> {
+    pub fn try_new(delays: Vec<Duration>, jitter: f64) -> Result<Self, SettingProblem> {
         let schedule = Self { delays, jitter };
         schedule.validate()?;
         Ok(schedule)
     }
 
-    /// Checks every delay and the jitter; reports the first value out of range.
-    pub fn validate(&self) -> Result<(), RetrySettingsError> {
-        if let Some((index, delay)) = self
-            .delays
-            .iter()
-            .enumerate()
-            .find(|(_, d)| d.is_zero() || **d > MAX_DELAY)
-        {
-            return Err(RetrySettingsError::DelayOutOfRange {
-                index,
-                delay: *delay,
-            });
+    /// Checks every delay and the jitter; reports the first value out of range (see
+    /// [`RetrySchedule::problems`] for all of them).
+    pub fn validate(&self) -> Result<(), SettingProblem> {
+        first(self.problems())
+    }
+
+    /// Every delay out of `(0 s, 30 days]` (each named by its position, from 1) and the jitter
+    /// if it is outside `[0, 1)`.
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        for (index, delay) in self.delays.iter().enumerate() {
+            p.check(
+                !delay.is_zero() && *delay <= MAX_DELAY,
+                "delays",
+                format_args!("{} (delay {})", shown(*delay), index + 1),
+                "above zero and at most 30 days",
+            );
         }
-        // Negated so that NaN is refused too.
-        if !(self.jitter >= 0.0 && self.jitter < 1.0) {
-            return Err(RetrySettingsError::JitterOutOfRange(self.jitter));
-        }
-        Ok(())
+        // `contains` is false for NaN, so NaN is refused too.
+        let jitter = self.jitter;
+        p.check((0.0..1.0).contains(&jitter), "jitter", jitter, "in [0, 1)");
+        p.into_vec()
     }
 
     /// Attempts a delivery gets in all before it is dead-lettered: the first plus one per delay.
@@ -147,7 +130,7 @@ impl Default for ShedSettings {
 
 impl ShedSettings {
     /// Builds shed settings, refusing an empty, zero-based or over-long range.
-    pub fn try_new(min_delay: Duration, max_delay: Duration) -> Result<Self, RetrySettingsError> {
+    pub fn try_new(min_delay: Duration, max_delay: Duration) -> Result<Self, SettingProblem> {
         let settings = Self {
             min_delay,
             max_delay,
@@ -156,13 +139,25 @@ impl ShedSettings {
         Ok(settings)
     }
 
-    /// Checks `0 < min_delay <= max_delay <= 30 days`.
-    pub fn validate(&self) -> Result<(), RetrySettingsError> {
+    /// Checks `0 < min_delay <= max_delay <= 30 days`; reports the first value out of range
+    /// (see [`ShedSettings::problems`] for all of them).
+    pub fn validate(&self) -> Result<(), SettingProblem> {
+        first(self.problems())
+    }
+
+    /// Every value out of range: `min_delay` above zero and at most `max_delay`, `max_delay`
+    /// at most 30 days.
+    pub fn problems(&self) -> Vec<SettingProblem> {
         let (min, max) = (self.min_delay, self.max_delay);
-        if min.is_zero() || min > max || max > MAX_DELAY {
-            return Err(RetrySettingsError::ShedRangeInvalid { min, max });
-        }
-        Ok(())
+        let mut p = Problems::default();
+        p.check(
+            !min.is_zero() && min <= max,
+            "min_delay",
+            shown(min),
+            format_args!("above zero and at most the longest delay ({})", shown(max)),
+        );
+        p.check(max <= MAX_DELAY, "max_delay", shown(max), "at most 30 days");
+        p.into_vec()
     }
 
     /// The requeue delay for a given `sample` in `[0, 1]`; see [`shed_delay`].
@@ -173,6 +168,14 @@ impl ShedSettings {
     /// The requeue delay with the sample drawn from the thread's random generator.
     pub fn random_delay(&self) -> Duration {
         self.delay(rand::rng().random::<f64>())
+    }
+}
+
+/// The first of `problems`, if any.
+fn first(problems: Vec<SettingProblem>) -> Result<(), SettingProblem> {
+    match problems.into_iter().next() {
+        Some(problem) => Err(problem),
+        None => Ok(()),
     }
 }
 
@@ -275,11 +278,10 @@ mod tests {
     #[test]
     fn invalid_settings_are_refused() {
         let zero = RetrySchedule::try_new(vec![secs(5), Duration::ZERO], 0.2);
-        let zero_err = RetrySettingsError::DelayOutOfRange {
-            index: 1,
-            delay: Duration::ZERO,
-        };
-        assert_eq!(zero, Err(zero_err));
+        assert_eq!(
+            zero.map_err(|problem| problem.to_string()),
+            Err("delays: 0ns (delay 2) must be above zero and at most 30 days".to_owned())
+        );
         assert!(RetrySchedule::try_new(vec![MAX_DELAY + secs(1)], 0.2).is_err());
         for jitter in [-0.1, 1.0, f64::NAN] {
             assert!(RetrySchedule::try_new(vec![secs(5)], jitter).is_err());
@@ -289,6 +291,44 @@ mod tests {
         assert!(ShedSettings::try_new(secs(20), secs(5)).is_err());
         assert!(ShedSettings::try_new(Duration::ZERO, secs(5)).is_err());
         assert!(ShedSettings::try_new(secs(5), MAX_DELAY + secs(1)).is_err());
+    }
+
+    #[test]
+    fn every_bad_value_is_a_problem_and_the_edges_are_not() {
+        let schedule = RetrySchedule {
+            delays: vec![Duration::ZERO, secs(5), MAX_DELAY + secs(1)],
+            jitter: 1.0,
+        };
+        let found: Vec<_> = schedule
+            .problems()
+            .into_iter()
+            .map(|p| (p.field, p.value))
+            .collect();
+        let expected = [
+            ("delays", "0ns (delay 1)".to_owned()),
+            ("delays", "2592001s (delay 3)".to_owned()),
+            ("jitter", "1".to_owned()),
+        ];
+        assert_eq!(found, expected);
+        assert_eq!(RetrySchedule::default().problems(), []);
+        let edges = RetrySchedule {
+            delays: vec![Duration::from_nanos(1), MAX_DELAY],
+            jitter: 0.0,
+        };
+        assert_eq!(edges.problems(), []);
+
+        let shed = ShedSettings {
+            min_delay: Duration::ZERO,
+            max_delay: MAX_DELAY + secs(1),
+        };
+        let fields: Vec<_> = shed.problems().into_iter().map(|p| p.field).collect();
+        assert_eq!(fields, ["min_delay", "max_delay"]);
+        assert_eq!(ShedSettings::default().problems(), []);
+        let edges = ShedSettings {
+            min_delay: MAX_DELAY,
+            max_delay: MAX_DELAY,
+        };
+        assert_eq!(edges.problems(), []);
     }
 
     #[test]

@@ -7,8 +7,10 @@
 
 use std::time::Duration;
 
-use thiserror::Error;
 use tokio::time::Instant;
+
+use crate::config::SettingProblem;
+use crate::config::problem::{Problems, shown};
 
 use crate::stats::{Window, format_duration};
 
@@ -57,45 +59,27 @@ impl Default for BreakerSettings {
     }
 }
 
-/// A breaker setting outside its documented range.
-#[derive(Clone, Debug, Error, PartialEq)]
-pub enum BreakerSettingsError {
-    /// The named setting is out of range.
-    #[error("breaker setting `{field}` is {value}, outside its valid range {valid}")]
-    OutOfRange {
-        /// The setting's field name.
-        field: &'static str,
-        /// The refused value, as written.
-        value: String,
-        /// The valid range, as written.
-        valid: &'static str,
-    },
-}
-
 impl BreakerSettings {
     /// Returns `settings` if every value is in range, or the first one that is not (see
     /// [`BreakerSettings::problems`] to report them all).
-    pub fn try_new(settings: BreakerSettings) -> Result<Self, BreakerSettingsError> {
+    pub fn try_new(settings: BreakerSettings) -> Result<Self, SettingProblem> {
         match settings.problems().into_iter().next() {
             Some(problem) => Err(problem),
             None => Ok(settings),
         }
     }
 
-    /// Every out-of-range value, so configuration can report them together.
-    pub fn problems(&self) -> Vec<BreakerSettingsError> {
+    /// Every value out of range, so configuration can report them together.
+    pub fn problems(&self) -> Vec<SettingProblem> {
         let (second, day) = (Duration::from_secs(1), Duration::from_secs(86_400));
-        let refuse = |field, value: String, valid| BreakerSettingsError::OutOfRange {
-            field,
-            value,
-            valid,
-        };
-        let mut problems = Vec::new();
+        let mut p = Problems::default();
         let ceiling = self.latency_ceiling;
-        if !(Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&ceiling) {
-            let value = format!("{ceiling:?}");
-            problems.push(refuse("latency_ceiling", value, "1 ms..=1 h"));
-        }
+        p.check(
+            (Duration::from_millis(1)..=Duration::from_secs(3600)).contains(&ceiling),
+            "latency_ceiling",
+            shown(ceiling),
+            "1ms–1h",
+        );
         for (field, value) in [
             ("latency_window", self.latency_window),
             ("cooldown", self.cooldown),
@@ -103,23 +87,28 @@ impl BreakerSettings {
             ("error_cooldown", self.error_cooldown),
             ("probe_timeout", self.probe_timeout),
         ] {
-            if !(second..=day).contains(&value) {
-                problems.push(refuse(field, format!("{value:?}"), "1 s..=24 h"));
-            }
+            p.check(
+                (second..=day).contains(&value),
+                field,
+                shown(value),
+                "1s–24h",
+            );
         }
         for (field, value) in [
             ("latency_min_samples", self.latency_min_samples),
             ("error_min_samples", self.error_min_samples),
         ] {
-            if !(1..=1_000_000).contains(&value) {
-                problems.push(refuse(field, value.to_string(), "1..=1000000"));
-            }
+            p.check((1..=1_000_000).contains(&value), field, value, "1–1000000");
         }
-        if !(self.error_ratio > 0.0 && self.error_ratio <= 1.0) {
-            let ratio = self.error_ratio.to_string();
-            problems.push(refuse("error_ratio", ratio, "0 exclusive..=1"));
-        }
-        problems
+        // A comparison with NaN is false, so NaN is refused too.
+        let ratio = self.error_ratio;
+        p.check(
+            ratio > 0.0 && ratio <= 1.0,
+            "error_ratio",
+            ratio,
+            "in (0, 1]",
+        );
+        p.into_vec()
     }
 }
 

@@ -36,6 +36,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisError, Script};
 
+use crate::config::SettingProblem;
+use crate::config::problem::{Problems, joined, shown};
+
 /// How often a degraded dispatcher probes Redis for its return (when the heartbeat is longer).
 const DEGRADED_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -46,8 +49,8 @@ const DISPATCHER_TTL_HEARTBEATS: u32 = 3;
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
     /// One or more settings are out of range; every problem is listed.
-    #[error("invalid fleet settings: {}", .0.join("; "))]
-    InvalidSettings(Vec<String>),
+    #[error("invalid fleet settings: {}", joined(.0))]
+    InvalidSettings(Vec<SettingProblem>),
     /// The Redis URL could not be parsed.
     #[error("invalid redis url: {0}")]
     InvalidUrl(#[source] RedisError),
@@ -83,29 +86,43 @@ impl Default for FleetSettings {
 }
 
 impl FleetSettings {
-    /// Check every setting, reporting all problems together.
+    /// Check every setting, reporting all problems together (see [`FleetSettings::problems`]).
     pub fn validate(&self) -> Result<(), FleetError> {
-        let mut problems = Vec::new();
-        if self.key_prefix.is_empty() {
-            problems.push("key_prefix must not be empty".to_string());
+        let problems = self.problems();
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(FleetError::InvalidSettings(problems)),
         }
-        if self.process_id.is_empty() {
-            problems.push("process_id must not be empty".to_string());
+    }
+
+    /// Every value out of range: empty names, a slot ttl under 1 ms, zero intervals.
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        for (field, value) in [
+            ("key_prefix", &self.key_prefix),
+            ("process_id", &self.process_id),
+        ] {
+            p.check(
+                !value.is_empty(),
+                field,
+                format_args!("{value:?}"),
+                "non-empty",
+            );
         }
-        if self.slot_ttl < Duration::from_millis(1) {
-            problems.push(format!("slot_ttl must be >= 1 ms, got {:?}", self.slot_ttl));
+        let slot_ttl = self.slot_ttl;
+        p.check(
+            slot_ttl >= Duration::from_millis(1),
+            "slot_ttl",
+            shown(slot_ttl),
+            "at least 1ms",
+        );
+        for (field, value) in [
+            ("heartbeat", self.heartbeat),
+            ("redis_timeout", self.redis_timeout),
+        ] {
+            p.check(!value.is_zero(), field, shown(value), "above zero");
         }
-        if self.heartbeat.is_zero() {
-            problems.push("heartbeat must be > 0".to_string());
-        }
-        if self.redis_timeout.is_zero() {
-            problems.push("redis_timeout must be > 0".to_string());
-        }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(FleetError::InvalidSettings(problems))
-        }
+        p.into_vec()
     }
 }
 
@@ -373,4 +390,47 @@ fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis())
         .unwrap_or(u64::MAX)
         .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bad_setting_is_a_problem_and_the_edges_are_not() {
+        let bad = FleetSettings {
+            key_prefix: String::new(),
+            slot_ttl: Duration::from_micros(999),
+            heartbeat: Duration::ZERO,
+            redis_timeout: Duration::ZERO,
+            process_id: String::new(),
+        };
+        let fields: Vec<_> = bad.problems().into_iter().map(|p| p.field).collect();
+        let expected = [
+            "key_prefix",
+            "process_id",
+            "slot_ttl",
+            "heartbeat",
+            "redis_timeout",
+        ];
+        assert_eq!(fields, expected);
+        let Err(err) = bad.validate() else {
+            panic!("bad settings accepted");
+        };
+        assert!(
+            err.to_string().contains(
+                "slot_ttl: 999µs must be at least 1ms; heartbeat: 0ns must be above zero"
+            ),
+            "{err}"
+        );
+        assert_eq!(FleetSettings::default().problems(), []);
+        let edges = FleetSettings {
+            key_prefix: "s".into(),
+            slot_ttl: Duration::from_millis(1),
+            heartbeat: Duration::from_nanos(1),
+            redis_timeout: Duration::from_nanos(1),
+            process_id: "p".into(),
+        };
+        assert_eq!(edges.problems(), []);
+    }
 }

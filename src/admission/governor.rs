@@ -34,36 +34,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Why a set of [`GovernorSettings`] was refused.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum GovernorSettingsError {
-    /// `floor` is below 1 or not finite.
-    #[error("governor floor must be a finite number >= 1, got {0}")]
-    FloorBelowOne(f64),
-    /// `ceiling` is below `floor` or not finite.
-    #[error("governor ceiling ({ceiling}) must be finite and >= floor ({floor})")]
-    CeilingBelowFloor {
-        /// The configured ceiling.
-        ceiling: f64,
-        /// The configured floor.
-        floor: f64,
-    },
-    /// `initial_limit` lies outside `[floor, ceiling]`.
-    #[error("governor initial_limit ({0}) must lie within [floor, ceiling]")]
-    InitialOutOfRange(f64),
-    /// `increase` is not a finite positive number.
-    #[error("governor increase must be finite and > 0, got {0}")]
-    IncreaseNotPositive(f64),
-    /// `decrease_factor` is not strictly between 0 and 1.
-    #[error("governor decrease_factor must lie strictly between 0 and 1, got {0}")]
-    DecreaseFactorOutOfRange(f64),
-    /// `max_pause` is zero or longer than [`MAX_PAUSE_LIMIT`].
-    #[error("governor max_pause must lie in (0 s, 7 days], got {0:?}")]
-    MaxPauseOutOfRange(Duration),
-    /// `probe_interval` is zero or longer than an hour.
-    #[error("governor probe_interval must lie in (0 s, 1 h], got {0:?}")]
-    ProbeIntervalOutOfRange(Duration),
-}
+use crate::config::SettingProblem;
+use crate::config::problem::{Problems, shown};
 
 /// The longest `max_pause` accepted: an endpoint asking for more is better handled by disabling it.
 pub const MAX_PAUSE_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -112,7 +84,7 @@ impl GovernorSettings {
         increase: f64,
         decrease_factor: f64,
         max_pause: Duration,
-    ) -> Result<Self, GovernorSettingsError> {
+    ) -> Result<Self, SettingProblem> {
         let settings = Self {
             initial_limit,
             ceiling,
@@ -126,35 +98,63 @@ impl GovernorSettings {
         Ok(settings)
     }
 
-    /// Checks every field against its documented range; reports the first one out of range.
-    pub fn validate(&self) -> Result<(), GovernorSettingsError> {
-        use GovernorSettingsError as E;
-        // Written as negated range checks so that NaN is refused too.
-        if !(self.floor.is_finite() && self.floor >= 1.0) {
-            return Err(E::FloorBelowOne(self.floor));
+    /// Checks every field against its documented range; reports the first one out of range
+    /// (see [`GovernorSettings::problems`] for all of them).
+    pub fn validate(&self) -> Result<(), SettingProblem> {
+        match self.problems().into_iter().next() {
+            Some(problem) => Err(problem),
+            None => Ok(()),
         }
-        if !(self.ceiling.is_finite() && self.ceiling >= self.floor) {
-            return Err(E::CeilingBelowFloor {
-                ceiling: self.ceiling,
-                floor: self.floor,
-            });
-        }
-        if !(self.initial_limit >= self.floor && self.initial_limit <= self.ceiling) {
-            return Err(E::InitialOutOfRange(self.initial_limit));
-        }
-        if !(self.increase.is_finite() && self.increase > 0.0) {
-            return Err(E::IncreaseNotPositive(self.increase));
-        }
-        if !(self.decrease_factor > 0.0 && self.decrease_factor < 1.0) {
-            return Err(E::DecreaseFactorOutOfRange(self.decrease_factor));
-        }
-        if self.max_pause.is_zero() || self.max_pause > MAX_PAUSE_LIMIT {
-            return Err(E::MaxPauseOutOfRange(self.max_pause));
-        }
-        if self.probe_interval.is_zero() || self.probe_interval > Duration::from_secs(3600) {
-            return Err(E::ProbeIntervalOutOfRange(self.probe_interval));
-        }
-        Ok(())
+    }
+
+    /// Every value out of its documented range.
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        let (floor, ceiling) = (self.floor, self.ceiling);
+        // Each check states what is valid; every comparison with NaN is false, so NaN is refused.
+        p.check(
+            floor.is_finite() && floor >= 1.0,
+            "floor",
+            floor,
+            "a finite number of at least 1",
+        );
+        p.check(
+            ceiling.is_finite() && ceiling >= floor,
+            "ceiling",
+            ceiling,
+            format_args!("finite and at least the floor ({floor})"),
+        );
+        p.check(
+            self.initial_limit >= floor && self.initial_limit <= ceiling,
+            "initial_limit",
+            self.initial_limit,
+            format_args!("within the floor and the ceiling ({floor}–{ceiling})"),
+        );
+        p.check(
+            self.increase.is_finite() && self.increase > 0.0,
+            "increase",
+            self.increase,
+            "finite and above 0",
+        );
+        p.check(
+            self.decrease_factor > 0.0 && self.decrease_factor < 1.0,
+            "decrease_factor",
+            self.decrease_factor,
+            "strictly between 0 and 1",
+        );
+        p.check(
+            !self.max_pause.is_zero() && self.max_pause <= MAX_PAUSE_LIMIT,
+            "max_pause",
+            shown(self.max_pause),
+            "above zero and at most 7 days",
+        );
+        p.check(
+            !self.probe_interval.is_zero() && self.probe_interval <= Duration::from_secs(3600),
+            "probe_interval",
+            shown(self.probe_interval),
+            "above zero and at most 1h",
+        );
+        p.into_vec()
     }
 }
 
@@ -548,34 +548,60 @@ mod tests {
 
     #[test]
     fn invalid_settings_are_refused() {
-        use GovernorSettingsError as E;
         let hour = Duration::from_secs(3600);
         assert_eq!(GovernorSettings::default().validate(), Ok(()));
-        let bad = |i, c, f, inc, d, p| GovernorSettings::try_new(i, c, f, inc, d, p).err();
-        assert_eq!(
-            bad(8.0, 64.0, 0.5, 0.5, 0.5, hour),
-            Some(E::FloorBelowOne(0.5))
-        );
-        let below = E::CeilingBelowFloor {
-            ceiling: 2.0,
-            floor: 4.0,
+        assert_eq!(GovernorSettings::default().problems(), []);
+        let bad = |i, c, f, inc, d, p| {
+            GovernorSettings::try_new(i, c, f, inc, d, p)
+                .err()
+                .map(|problem| problem.field)
         };
-        assert_eq!(bad(4.0, 2.0, 4.0, 0.5, 0.5, hour), Some(below));
-        assert_eq!(
-            bad(99.0, 64.0, 1.0, 0.5, 0.5, hour),
-            Some(E::InitialOutOfRange(99.0))
-        );
-        assert_eq!(
-            bad(8.0, 64.0, 1.0, 0.0, 0.5, hour),
-            Some(E::IncreaseNotPositive(0.0))
-        );
-        assert_eq!(
-            bad(8.0, 64.0, 1.0, 0.5, 1.0, hour),
-            Some(E::DecreaseFactorOutOfRange(1.0))
-        );
+        assert_eq!(bad(8.0, 64.0, 0.5, 0.5, 0.5, hour), Some("floor"));
+        assert_eq!(bad(4.0, 2.0, 4.0, 0.5, 0.5, hour), Some("ceiling"));
+        assert_eq!(bad(99.0, 64.0, 1.0, 0.5, 0.5, hour), Some("initial_limit"));
+        assert_eq!(bad(8.0, 64.0, 1.0, 0.0, 0.5, hour), Some("increase"));
+        assert_eq!(bad(8.0, 64.0, 1.0, 0.5, 1.0, hour), Some("decrease_factor"));
         assert!(bad(8.0, 64.0, 1.0, 0.5, f64::NAN, hour).is_some());
-        let zero = E::MaxPauseOutOfRange(Duration::ZERO);
-        assert_eq!(bad(8.0, 64.0, 1.0, 0.5, 0.5, Duration::ZERO), Some(zero));
+        let zero = bad(8.0, 64.0, 1.0, 0.5, 0.5, Duration::ZERO);
+        assert_eq!(zero, Some("max_pause"));
+        let below = GovernorSettings::try_new(4.0, 2.0, 4.0, 0.5, 0.5, hour);
+        assert_eq!(
+            below.map_err(|problem| problem.to_string()),
+            Err("ceiling: 2 must be finite and at least the floor (4)".to_owned())
+        );
+    }
+
+    #[test]
+    fn every_bad_value_is_a_problem_and_the_edges_are_not() {
+        let bad = GovernorSettings {
+            initial_limit: f64::NAN,
+            floor: 0.0,
+            increase: -1.0,
+            decrease_factor: 0.0,
+            max_pause: MAX_PAUSE_LIMIT + Duration::from_secs(1),
+            probe_interval: Duration::ZERO,
+            ..GovernorSettings::default()
+        };
+        let fields: Vec<_> = bad.problems().into_iter().map(|p| p.field).collect();
+        let expected = [
+            "floor",
+            "initial_limit",
+            "increase",
+            "decrease_factor",
+            "max_pause",
+            "probe_interval",
+        ];
+        assert_eq!(fields, expected);
+        let edges = GovernorSettings {
+            initial_limit: 1.0,
+            ceiling: 1.0,
+            floor: 1.0,
+            increase: f64::MIN_POSITIVE,
+            decrease_factor: 0.999,
+            max_pause: MAX_PAUSE_LIMIT,
+            probe_interval: Duration::from_secs(3600),
+        };
+        assert_eq!(edges.problems(), []);
     }
 
     fn any_observation() -> impl Strategy<Value = Observation> {

@@ -153,7 +153,14 @@ impl ConsoleError {
 impl From<Problem> for ConsoleError {
     fn from(p: Problem) -> Self {
         let status = StatusCode::from_u16(p.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        Self::new(status, &p.title, p.detail)
+        // A page has no field to point at, so the detail names it.
+        let detail = match &p.field {
+            Some(field) if !p.detail.starts_with(field.as_str()) => {
+                format!("{field}: {}", p.detail)
+            }
+            _ => p.detail,
+        };
+        Self::new(status, &p.title, detail)
     }
 }
 

@@ -33,6 +33,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
+use crate::config::SettingProblem;
+use crate::config::problem::Problems;
+
 pub use endpoints::{Count, EndpointGauges, EndpointSeries};
 
 /// `{phase="sign"}`
@@ -122,6 +125,20 @@ impl Default for MetricsSettings {
             top_endpoints: 20,
             top_tenants: 20,
         }
+    }
+}
+
+impl MetricsSettings {
+    /// Every value out of range: each top-N is 0–1000.
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        for (field, n) in [
+            ("top_endpoints", self.top_endpoints),
+            ("top_tenants", self.top_tenants),
+        ] {
+            p.check(n <= 1000, field, n, "0–1000");
+        }
+        p.into_vec()
     }
 }
 
@@ -409,5 +426,28 @@ impl Metrics {
         self.deliveries_held
             .get_or_create(&ReasonLabel { reason })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::*;
+
+    #[test]
+    fn both_top_ns_are_checked_and_their_edges_accepted() {
+        let bad = MetricsSettings {
+            top_endpoints: 1001,
+            top_tenants: 5000,
+        };
+        let fields: Vec<_> = bad.problems().into_iter().map(|p| p.field).collect();
+        assert_eq!(fields, ["top_endpoints", "top_tenants"]);
+        assert_eq!(MetricsSettings::default().problems(), []);
+        for n in [0, 1000] {
+            let edge = MetricsSettings {
+                top_endpoints: n,
+                top_tenants: n,
+            };
+            assert_eq!(edge.problems(), []);
+        }
     }
 }

@@ -20,6 +20,8 @@ use tower::ServiceExt;
 use super::connection::{Activity, Stop, WatchedIo, watch};
 use super::deadline::DeadlineBody;
 use crate::api::error::Problem;
+use crate::config::SettingProblem;
+use crate::config::problem::{Problems, shown};
 use crate::metrics::{ListenerLabel, Metrics};
 
 /// Limits of every HTTP listener sluice serves (the API and the operator listener).
@@ -45,6 +47,34 @@ impl Default for ListenerSettings {
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
         }
+    }
+}
+
+impl ListenerSettings {
+    /// Every value out of range: the header, body and idle timeouts from 100 ms to 5 min,
+    /// 10 min and 1 h, and 1–1,000,000 connections.
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        for (field, value, max) in [
+            ("header_read_timeout", self.header_read_timeout, 300),
+            ("body_read_timeout", self.body_read_timeout, 600),
+            ("idle_timeout", self.idle_timeout, 3600),
+        ] {
+            p.check(
+                (Duration::from_millis(100)..=Duration::from_secs(max)).contains(&value),
+                field,
+                shown(value),
+                format_args!("100ms–{max}s"),
+            );
+        }
+        let n = self.max_connections;
+        p.check(
+            (1..=1_000_000).contains(&n),
+            "max_connections",
+            n,
+            "1–1000000",
+        );
+        p.into_vec()
     }
 }
 
@@ -229,4 +259,43 @@ pub fn raise_open_files_limit() -> Option<u64> {
     }
     #[cfg(not(unix))]
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_limit_out_of_range_is_a_problem_and_the_edges_are_not() {
+        let bad = ListenerSettings {
+            header_read_timeout: Duration::from_millis(99),
+            body_read_timeout: Duration::from_secs(601),
+            idle_timeout: Duration::ZERO,
+            max_connections: 1_000_001,
+        };
+        let problems: Vec<_> = bad.problems().into_iter().map(|p| p.to_string()).collect();
+        let expected = [
+            "header_read_timeout: 99ms must be 100ms–300s",
+            "body_read_timeout: 601s must be 100ms–600s",
+            "idle_timeout: 0ns must be 100ms–3600s",
+            "max_connections: 1000001 must be 1–1000000",
+        ];
+        assert_eq!(problems, expected);
+        assert_eq!(ListenerSettings::default().problems(), []);
+        let low = Duration::from_millis(100);
+        let lowest = ListenerSettings {
+            header_read_timeout: low,
+            body_read_timeout: low,
+            idle_timeout: low,
+            max_connections: 1,
+        };
+        assert_eq!(lowest.problems(), []);
+        let highest = ListenerSettings {
+            header_read_timeout: Duration::from_secs(300),
+            body_read_timeout: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(3600),
+            max_connections: 1_000_000,
+        };
+        assert_eq!(highest.problems(), []);
+    }
 }

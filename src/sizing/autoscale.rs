@@ -7,10 +7,13 @@
 use serde::Serialize;
 use thiserror::Error;
 
+use crate::config::SettingProblem;
+use crate::config::problem::{Problems, joined};
+
 /// One or more [`ScalingSettings`] values were invalid; every problem is listed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("invalid scaling policy: {}", .0.join("; "))]
-pub struct PolicyError(pub Vec<String>);
+#[error("invalid scaling policy: {}", joined(.0))]
+pub struct PolicyError(pub Vec<SettingProblem>);
 
 /// Raw controller settings, as read from configuration; validate with [`ScalingPolicy::try_new`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -42,6 +45,54 @@ impl Default for ScalingSettings {
     }
 }
 
+impl ScalingSettings {
+    /// Every value out of range: ages finite, the target above zero and the scale-in age
+    /// not past it; at least one replica and one replica per step; `max_replicas` not below
+    /// `min_replicas`.
+    pub fn problems(&self) -> Vec<SettingProblem> {
+        let mut p = Problems::default();
+        let (target, below) = (self.target_age_s, self.scale_in_below_s);
+        // A comparison with NaN is false, so NaN is refused too.
+        p.check(
+            target.is_finite() && target > 0.0,
+            "target_age_s",
+            target,
+            "above 0",
+        );
+        p.check(
+            below.is_finite() && below >= 0.0,
+            "scale_in_below_s",
+            below,
+            "at least 0",
+        );
+        p.check(
+            !(below.is_finite() && below >= 0.0) || below <= target,
+            "scale_in_below_s",
+            below,
+            format_args!("at most target_age_s ({target})"),
+        );
+        p.check(
+            self.min_replicas >= 1,
+            "min_replicas",
+            self.min_replicas,
+            "at least 1 (never scale to zero)",
+        );
+        p.check(
+            self.max_replicas >= self.min_replicas,
+            "max_replicas",
+            self.max_replicas,
+            format_args!("at least min_replicas ({})", self.min_replicas),
+        );
+        for (field, step) in [
+            ("max_step_up", self.max_step_up),
+            ("max_step_down", self.max_step_down),
+        ] {
+            p.check(step >= 1, field, step, "at least 1");
+        }
+        p.into_vec()
+    }
+}
+
 /// Validated controller settings: `min_replicas >= 1`, so the controller never returns zero.
 ///
 /// `Default`: a 30 s age target, 3..=60 replicas, +8 / -1 steps, scale in below 10 s.
@@ -49,43 +100,13 @@ impl Default for ScalingSettings {
 pub struct ScalingPolicy(ScalingSettings);
 
 impl ScalingPolicy {
-    /// Checks `settings`, reporting every invalid value together.
+    /// Checks `settings`, reporting every invalid value together (see
+    /// [`ScalingSettings::problems`]).
     pub fn try_new(settings: ScalingSettings) -> Result<Self, PolicyError> {
-        let mut problems = Vec::new();
-        let s = &settings;
-        if !(s.target_age_s.is_finite() && s.target_age_s > 0.0) {
-            problems.push(format!("target_age_s must be > 0, got {}", s.target_age_s));
-        }
-        if !(s.scale_in_below_s.is_finite() && s.scale_in_below_s >= 0.0) {
-            problems.push(format!(
-                "scale_in_below_s must be >= 0, got {}",
-                s.scale_in_below_s
-            ));
-        } else if s.scale_in_below_s > s.target_age_s {
-            problems.push(format!(
-                "scale_in_below_s ({}) must not exceed target_age_s ({})",
-                s.scale_in_below_s, s.target_age_s
-            ));
-        }
-        if s.min_replicas == 0 {
-            problems.push("min_replicas must be at least 1 (never scale to zero)".to_owned());
-        }
-        if s.max_replicas < s.min_replicas {
-            problems.push(format!(
-                "max_replicas ({}) must be >= min_replicas ({})",
-                s.max_replicas, s.min_replicas
-            ));
-        }
-        if s.max_step_up == 0 {
-            problems.push("max_step_up must be at least 1".to_owned());
-        }
-        if s.max_step_down == 0 {
-            problems.push("max_step_down must be at least 1".to_owned());
-        }
-        if problems.is_empty() {
-            Ok(Self(settings))
-        } else {
-            Err(PolicyError(problems))
+        let problems = settings.problems();
+        match problems.is_empty() {
+            true => Ok(Self(settings)),
+            false => Err(PolicyError(problems)),
         }
     }
 
@@ -229,5 +250,20 @@ mod tests {
         let PolicyError(problems) = ScalingPolicy::try_new(inverted).expect_err("invalid");
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(ScalingPolicy::try_new(ScalingSettings::default()).is_ok());
+        assert_eq!(ScalingSettings::default().problems(), []);
+        let edges = ScalingSettings {
+            target_age_s: f64::MIN_POSITIVE,
+            scale_in_below_s: 0.0,
+            min_replicas: 1,
+            max_replicas: 1,
+            max_step_up: 1,
+            max_step_down: 1,
+        };
+        assert_eq!(edges.problems(), []);
+        let at_target = ScalingSettings {
+            scale_in_below_s: 30.0,
+            ..ScalingSettings::default()
+        };
+        assert_eq!(at_target.problems(), []);
     }
 }

@@ -123,6 +123,59 @@ async fn an_endpoint_added_in_the_portal_is_checked_by_the_api_and_receives() {
         detail.body
     );
 
+    // The log filters by event type (exact or a prefix pattern) and by arrival time.
+    let paid = c
+        .get("/console/portal/messages?event_type=order.paid")
+        .await;
+    assert!(
+        paid.body.contains(&m2) && !paid.body.contains(&m1),
+        "{}",
+        paid.body
+    );
+    let orders = c.get("/console/portal/messages?event_type=order.*").await;
+    assert!(orders.body.contains(&m1) && orders.body.contains(&m2));
+    let later = c
+        .get("/console/portal/messages?since=2999-01-01T00:00:00Z")
+        .await;
+    assert!(!later.body.contains(&m1) && later.body.contains("No message matches"));
+    let bad = c.get("/console/portal/messages?since=yesterday").await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("since"), "{}", bad.body);
+
+    // Resend a delivered message: the receiver gets it again, with the same webhook-id.
+    let before = receiver.record.requests();
+    let delivery = s.message(&token, &m1).await["deliveries"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        detail
+            .body
+            .contains(&format!("/console/portal/deliveries/{delivery}/resend"))
+    );
+    let resent = c
+        .submit(
+            &format!("/console/portal/deliveries/{delivery}/resend"),
+            &detail,
+            &[],
+        )
+        .await;
+    assert_eq!(resent.status, 303, "{}", resent.body);
+    assert_eq!(resent.location(), format!("/console/portal/messages/{m1}"));
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            receiver.record.requests() > before
+        })
+        .await
+    );
+    let for_m1 = receiver
+        .record
+        .received()
+        .into_iter()
+        .filter(|r| r.id == m1)
+        .count();
+    assert_eq!(for_m1, 2, "the first delivery and the resend");
+
     // The evidence page, then paused: the sentence says so, and the JSON status agrees.
     let page = c.get(&format!("/console/portal/endpoints/{ep}")).await;
     assert!(page.body.contains("id=\"sentence\""));

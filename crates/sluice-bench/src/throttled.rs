@@ -170,7 +170,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     {
         report.note(format!(
             "after the drop the endpoint received {:.0} % of what it could take",
-            used * 100.0
+            used.max(0.0) * 100.0
         ));
     }
 

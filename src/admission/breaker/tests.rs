@@ -192,7 +192,7 @@ fn settings_refuse_values_out_of_range() {
     let fields: Vec<_> = bad
         .problems()
         .into_iter()
-        .map(|BreakerSettingsError::OutOfRange { field, .. }| field)
+        .map(|problem| problem.field)
         .collect();
     let expected = [
         "latency_ceiling",
@@ -202,10 +202,7 @@ fn settings_refuse_values_out_of_range() {
     ];
     assert_eq!(fields, expected);
     let first = BreakerSettings::try_new(bad).unwrap_err();
-    assert_eq!(
-        first.to_string(),
-        "breaker setting `latency_ceiling` is 0ns, outside its valid range 1 ms..=1 h"
-    );
+    assert_eq!(first.to_string(), "latency_ceiling: 0ns must be 1ms–1h");
     for error_ratio in [0.0, 1.5] {
         let settings = BreakerSettings {
             error_ratio,

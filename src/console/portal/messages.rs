@@ -1,6 +1,6 @@
-//! The message log (every message with its deliveries' states, or deliveries filtered by
-//! endpoint and state), one message with its payload, deliveries and attempts, the dead letters,
-//! and replay. Payloads and response bodies are hostile input: shown as escaped text, cut.
+//! The message log (every message with its deliveries' states, filtered by event type, time
+//! range, endpoint and delivery state; or, for endpoint and state alone, the matching deliveries),
+//! one message with its payload, deliveries and attempts, resend, the dead letters, and replay. Payloads and response bodies are hostile input: shown as escaped text, cut.
 
 use std::collections::HashMap;
 
@@ -12,7 +12,10 @@ use serde::Deserialize;
 use super::Portal;
 use super::endpoints::endpoint_of;
 use crate::api::deliveries::find_delivery;
-use crate::api::redelivery::{replay_delivery as replay_one, replay_endpoint_dead};
+use crate::api::redelivery::{
+    replay_delivery as replay_one, replay_endpoint_dead, resend_delivery as resend_one,
+};
+use crate::api::time::parse_instant;
 use crate::api::views::{check_id, delivery_id, looks_like_id};
 use crate::console::Console;
 use crate::console::guard::CsrfForm;
@@ -38,10 +41,39 @@ pub struct LogQuery {
     pub state: String,
     /// Filtered view: the last delivery id of the previous page.
     pub after: String,
-    /// Unfiltered view: the last message id of the previous page.
+    /// Message view: the last message id of the previous page.
     pub before: String,
-    // Seam: the API is gaining event-type and time-range filters on messages; add
-    // `event_type`, `since` and `until` here, to `filters()`, and to the store call in `log`.
+    /// Only messages of this event type, or of a prefix pattern (`order.*`).
+    pub event_type: String,
+    /// Only messages that arrived at or after this instant (RFC 3339).
+    pub since: String,
+    /// Only messages that arrived before this instant (RFC 3339).
+    pub until: String,
+}
+
+impl LogQuery {
+    /// Is a message-level filter (event type or time range) given?
+    fn filters_messages(&self) -> bool {
+        !(self.event_type.is_empty() && self.since.is_empty() && self.until.is_empty())
+    }
+
+    /// The filters as a query string for the pager, with `cursor` = `value` appended.
+    fn next_page(&self, cursor: &str, value: &str) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in [
+            ("endpoint", &self.endpoint),
+            ("state", &self.state),
+            ("event_type", &self.event_type),
+            ("since", &self.since),
+            ("until", &self.until),
+        ] {
+            if !v.is_empty() {
+                q.append_pair(k, v);
+            }
+        }
+        q.append_pair(cursor, value);
+        format!("/console/portal/messages?{}", q.finish())
+    }
 }
 
 fn badge(state: DeliveryState) -> Markup {
@@ -78,6 +110,18 @@ fn filters(q: &LogQuery, endpoints: &[(String, String)]) -> Markup {
                 }
             }
             div {
+                label for="f-type" { "Event type" }
+                input id="f-type" name="event_type" value=(q.event_type) placeholder="order.paid or order.*";
+            }
+            div {
+                label for="f-since" { "Since" }
+                input id="f-since" name="since" value=(q.since) placeholder="2026-12-01T09:00:00Z";
+            }
+            div {
+                label for="f-until" { "Until" }
+                input id="f-until" name="until" value=(q.until) placeholder="2026-12-01T10:00:00Z";
+            }
+            div {
                 label for="f-state" { "State" }
                 select id="f-state" name="state" {
                     option value="" { "any" }
@@ -107,8 +151,25 @@ pub async fn log(
     if !q.endpoint.is_empty() {
         endpoint_of(&console, &portal, &q.endpoint).await?;
     }
-    let body = if q.endpoint.is_empty() && state.is_none() {
-        messages_view(&console, &portal, &q, &endpoints).await?
+    let instant = |field: &str, text: &str| {
+        (!text.is_empty())
+            .then(|| parse_instant(field, text))
+            .transpose()
+    };
+    let since_ms = instant("since", &q.since)?;
+    let until_ms = instant("until", &q.until)?;
+    let body = if q.filters_messages() || (q.endpoint.is_empty() && state.is_none()) {
+        let filter = MessageFilter {
+            tenant_id: portal.tenant.id.clone(),
+            event_type: (!q.event_type.is_empty()).then(|| q.event_type.trim().to_owned()),
+            since_ms,
+            until_ms,
+            endpoint_id: (!q.endpoint.is_empty()).then(|| q.endpoint.clone()),
+            state,
+            before: (!q.before.is_empty() && looks_like_id(&q.before)).then(|| q.before.clone()),
+            limit: PAGE,
+        };
+        messages_view(&console, &portal, &q, filter, &endpoints).await?
     } else {
         deliveries_view(&console, &portal, &q, state, &endpoints).await?
     };
@@ -126,16 +187,10 @@ async fn messages_view(
     console: &Console,
     portal: &Portal,
     q: &LogQuery,
+    filter: MessageFilter,
     endpoints: &[(String, String)],
 ) -> Result<Markup, ConsoleError> {
     let store = &console.app.store;
-    let before = (!q.before.is_empty() && looks_like_id(&q.before)).then_some(q.before.as_str());
-    let filter = MessageFilter {
-        tenant_id: portal.tenant.id.clone(),
-        before: before.map(str::to_owned),
-        limit: PAGE,
-        ..MessageFilter::default()
-    };
     let messages = store.list_messages(&filter).await?;
     let mut rows = Vec::with_capacity(messages.len());
     for m in &messages {
@@ -152,7 +207,9 @@ async fn messages_view(
         .collect();
     Ok(html! {
         p.note { "Newest first." }
-        @if rows.is_empty() { section.panel { p { "No messages yet." } } }
+        @if rows.is_empty() {
+            section.panel { p { @if q.filters_messages() { "No message matches." } @else { "No messages yet." } } }
+        }
         @else {
             table.cards id="messages" {
                 thead { tr { th { "Message" } th { "Event type" } th { "Received" } th { "Deliveries" } } }
@@ -171,7 +228,7 @@ async fn messages_view(
         }
         @if messages.len() as u32 >= PAGE {
             @if let Some(last) = messages.last() {
-                div.pager { span {} a href={"/console/portal/messages?before=" (last.id)} { "Older →" } }
+                div.pager { span {} a href=(q.next_page("before", &last.id)) { "Older →" } }
             }
         }
     })
@@ -200,7 +257,7 @@ async fn deliveries_view(
         p.note { "Deliveries, oldest first." }
         (deliveries_table(&rows, endpoints, None))
         @if let Some(after) = next {
-            div.pager { span {} a href={"/console/portal/messages?endpoint=" (q.endpoint) "&state=" (q.state) "&after=" (after)} { "Next →" } }
+            div.pager { span {} a href=(q.next_page("after", &after)) { "Next →" } }
         }
     })
 }
@@ -330,9 +387,9 @@ pub async fn show(
                 @if d.state == DeliveryState::Dead {
                     (post_button(&format!("/console/portal/deliveries/{}/replay", ids::numbered(ids::DELIVERY, d.id)), &portal.csrf, "Replay", "primary"))
                 }
-                // Seam: "Resend" of a delivered message is being added to the API; its button
-                // goes here for `DeliveryState::Delivered`, posting to a console route that
-                // calls the API's resend function.
+                @if d.state == DeliveryState::Delivered {
+                    (post_button(&format!("/console/portal/deliveries/{}/resend", ids::numbered(ids::DELIVERY, d.id)), &portal.csrf, "Resend", ""))
+                }
                 (attempts_table(attempts))
             }
         }
@@ -363,6 +420,23 @@ pub async fn replay_delivery(
     } else {
         Redirect::to(&format!("/console/portal/messages/{}", d.message_id))
     })
+}
+
+/// `POST /console/portal/deliveries/{id}/resend`: deliver it again (a new attempt, the same
+/// `webhook-id`), whatever its state unless an attempt is in flight.
+pub async fn resend_delivery(
+    State(console): State<Console>,
+    portal: Portal,
+    Path(id): Path<String>,
+    CsrfForm(_): CsrfForm<Empty>,
+) -> Result<Redirect, ConsoleError> {
+    let id = delivery_id(&id)?;
+    let d = find_delivery(&console.app, &portal.tenant.id, id).await?;
+    resend_one(&console.app, &portal.tenant.id, id).await?;
+    Ok(Redirect::to(&format!(
+        "/console/portal/messages/{}",
+        d.message_id
+    )))
 }
 
 /// `POST /console/portal/endpoints/{id}/replay`: every dead letter of the endpoint.

@@ -7,7 +7,8 @@
 //! - [`endpoints`]: the list and the actions on an endpoint.
 //! - [`form`]: the endpoint form, parsed into the API's own request types.
 //! - [`evidence`]: one endpoint's page: the evidence panel, charts over the last hour, events.
-//! - [`messages`]: the message log, a message's deliveries and attempts, dead letters, replay.
+//! - [`messages`]: the message log and its filters, a message's deliveries and attempts, resend,
+//!   dead letters, replay.
 
 pub mod endpoints;
 pub mod evidence;
@@ -107,6 +108,10 @@ pub fn routes() -> Router<Console> {
         .route(
             "/portal/deliveries/{id}/replay",
             post(messages::replay_delivery),
+        )
+        .route(
+            "/portal/deliveries/{id}/resend",
+            post(messages::resend_delivery),
         )
         .route("/portal/dead-letters", get(messages::dead_letters))
 }
