@@ -104,7 +104,8 @@ pub struct BenchArgs {
     /// Which scenario to run.
     #[arg(value_enum)]
     pub scenario: Scenario,
-    /// Seconds of load per phase (scenarios with a baseline run two phases).
+    /// Seconds of load per phase (scenarios with a baseline run two phases; fleet: the whole
+    /// load, 80 s by default, its events at fixed fractions of it).
     #[arg(long)]
     pub duration: Option<f64>,
     /// A very short run for CI: checks that the scenario works, not how fast.
