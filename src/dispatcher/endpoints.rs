@@ -127,6 +127,18 @@ impl EndpointRuntime {
         }
     }
 
+    /// How long from the start of a Redis outage attempts admitted to this endpoint before it
+    /// may still run anywhere in the fleet ([`crate::admission::fleet::mode::endpoint_hold`]).
+    pub fn outage_hold(&self) -> Duration {
+        let s = self.state();
+        let deadline = match &s.target {
+            Ok(target) => target.timeouts.total,
+            Err(_) => Duration::ZERO,
+        };
+        let longest = s.window.histogram(Instant::now()).quantile(1.0);
+        crate::admission::fleet::mode::endpoint_hold(deadline, longest)
+    }
+
     /// Nothing to remember (see [`Endpoints::evict_idle`]); the caller holds no other handle.
     fn is_idle(&self, now: Instant) -> bool {
         if self.pending() > 0 || self.attempts_in_flight() > 0 || self.lane.in_use() > 0 {

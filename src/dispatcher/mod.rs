@@ -257,9 +257,14 @@ pub(crate) async fn fleet_slot(
             }
             FleetMode::OutageStart(since) => {
                 let held = endpoint.held_at_outage(since, endpoint.attempts_in_flight());
-                endpoint
-                    .try_reserve(share.min(held))
-                    .then_some(FleetAdmit::Local)
+                // Once this endpoint's own attempts from before the outage must have ended, its
+                // local share applies, even while other endpoints' may still be running.
+                let limit = if since.elapsed() >= endpoint.outage_hold() {
+                    share
+                } else {
+                    share.min(held)
+                };
+                endpoint.try_reserve(limit).then_some(FleetAdmit::Local)
             }
             FleetMode::Local => endpoint.try_reserve(share).then_some(FleetAdmit::Local),
         };

@@ -53,9 +53,46 @@ impl FleetTransitions {
     }
 }
 
+/// The shortest an endpoint keeps the outage-start rule, whatever its attempts took.
+pub const MIN_ENDPOINT_HOLD: Duration = Duration::from_millis(250);
+
+/// How long, from the start of a Redis outage, attempts to one endpoint admitted through Redis
+/// (by any process of the fleet) may still be running: twice the longest attempt to it in the
+/// recent window, at least [`MIN_ENDPOINT_HOLD`], and never past `deadline`, the endpoint's
+/// own total attempt deadline, which bounds every attempt (each process reads the same
+/// endpoint settings). With no attempt in the window, the deadline.
+///
+/// Past it the endpoint is admitted under the local share. Without this, an endpoint that this
+/// process happened to hold nothing for when Redis went away (any fast endpoint, most of the
+/// time) would get no delivery at all until the longest deadline had passed: the outage rule
+/// would starve the healthy endpoints to protect the slow one.
+pub fn endpoint_hold(deadline: Duration, longest_seen: Option<Duration>) -> Duration {
+    match longest_seen {
+        Some(longest) => longest
+            .saturating_mul(2)
+            .max(MIN_ENDPOINT_HOLD)
+            .min(deadline),
+        None => deadline,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fast endpoint leaves the outage-start rule after the floor; a slow one after twice
+    /// its longest attempt; one that times out at its deadline; one never seen at its deadline.
+    #[test]
+    fn an_endpoint_holds_for_what_its_attempts_can_still_take() {
+        let deadline = Duration::from_secs(15);
+        let ms = Duration::from_millis;
+        assert_eq!(endpoint_hold(deadline, Some(ms(5))), MIN_ENDPOINT_HOLD);
+        assert_eq!(endpoint_hold(deadline, Some(ms(300))), ms(600));
+        assert_eq!(endpoint_hold(deadline, Some(ms(10_000))), deadline);
+        assert_eq!(endpoint_hold(deadline, None), deadline);
+        // A deadline shorter than the floor wins: no attempt outlives it.
+        assert_eq!(endpoint_hold(ms(100), Some(ms(5))), ms(100));
+    }
 
     const HOLD: Duration = Duration::from_secs(15);
 
