@@ -133,3 +133,53 @@ async fn every_role_is_observable_and_the_api_process_sees_the_live_fleet() {
     d2.terminate();
     api.terminate();
 }
+
+/// A dispatcher killed outright (no drain, no goodbye) stops counting as a replica as soon as
+/// PostgreSQL sees its connections close, not when its heartbeat goes stale: with a 60 s
+/// interval its last heartbeat stays fresh for three minutes, yet `/v1/scale` drops it within
+/// the test's wait. Before heartbeats named their process's listener backend it stayed counted
+/// the whole three minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_dispatcher_stops_counting_before_its_heartbeat_goes_stale() {
+    let Some(db) = support::fresh_postgres().await else {
+        return;
+    };
+    let fleet = ["--database-url", &db, "--heartbeat-interval", "60s"];
+    let api = Process::start(&[&fleet[..], &["--role", "api"]].concat()).await;
+    let dispatcher = [&fleet[..], &["--role", "dispatcher"]].concat();
+    let d1 = Process::start(&dispatcher).await;
+    let d2 = Process::start(&dispatcher).await;
+    let c = Client::new(&api.base);
+    let replicas = || async {
+        let (status, body, _) = c.get("/v1/scale", Some(ADMIN)).await;
+        assert_eq!(status, 200, "{body}");
+        body["current_replicas"].as_u64()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            replicas().await == Some(2)
+        })
+        .await,
+        "current_replicas {:?}",
+        replicas().await
+    );
+    d1.kill();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            replicas().await == Some(1)
+        })
+        .await,
+        "a killed dispatcher still counted: current_replicas {:?}",
+        replicas().await
+    );
+    let store = sluice::store::open(Some(&db), std::path::Path::new("."), Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.heartbeats(0).await.unwrap().len(),
+        1,
+        "the killed dispatcher's row is still young but not live"
+    );
+    d2.terminate();
+    api.terminate();
+}

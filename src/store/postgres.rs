@@ -36,6 +36,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("sql/postgres_004_endpoint_headers.sql")),
     (5, include_str!("sql/postgres_005_dispatchers.sql")),
     (6, include_str!("sql/postgres_006_write_path.sql")),
+    (7, include_str!("sql/postgres_007_dispatcher_liveness.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;
@@ -67,6 +68,9 @@ pub struct PostgresStore {
     held: HeldEndpoints,
     /// This process's name in `NOTIFY` payloads, so its own listener ignores its announcements.
     instance: Arc<str>,
+    /// The backend pid of the listener's connection (0 while it is not connected): heartbeats
+    /// carry it so readers can tell a live process from one that died since its last beat.
+    listener_pid: Arc<std::sync::atomic::AtomicI32>,
 }
 
 impl PostgresStore {
@@ -124,9 +128,15 @@ impl PostgresStore {
             due_vacuum: Arc::default(),
             held: HeldEndpoints::default(),
             instance: instance.clone(),
+            listener_pid: Arc::default(),
         };
         store.migrate().await?;
-        tokio::spawn(listen(config, store.signal.clone(), instance));
+        tokio::spawn(listen(
+            config,
+            store.signal.clone(),
+            instance,
+            store.listener_pid.clone(),
+        ));
         Ok(store)
     }
 
@@ -481,7 +491,8 @@ impl Store for PostgresStore {
     }
 
     async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()> {
-        heartbeats::beat(&self.client().await?, heartbeat).await
+        let pid = self.listener_pid.load(std::sync::atomic::Ordering::Relaxed);
+        heartbeats::beat(&self.client().await?, heartbeat, (pid != 0).then_some(pid)).await
     }
 
     async fn heartbeats(&self, since_ms: i64) -> StoreResult<Vec<Heartbeat>> {

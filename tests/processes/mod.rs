@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 /// A `sluice serve` process; killed if the test ends without stopping it.
 pub(crate) struct Process {
     child: Option<Child>,
+    /// Reads its stderr as it comes (a pipe left unread fills up and blocks the process's
+    /// logging, and with it the process); yields everything once the process has exited.
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
     /// Its `--listen` address, `http://127.0.0.1:PORT`.
     pub(crate) base: String,
 }
@@ -19,7 +22,7 @@ impl Process {
     /// Start `sluice serve --listen 127.0.0.1:PORT` with `args` and wait for `/healthz`.
     pub(crate) async fn start(args: &[&str]) -> Process {
         let port = sluice_testkit::free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--allow-network", "127.0.0.0/8"])
             .args(args)
@@ -30,8 +33,15 @@ impl Process {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn sluice");
+        let mut pipe = child.stderr.take().expect("piped stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut pipe, &mut all);
+            all
+        });
         let p = Process {
             child: Some(child),
+            stderr: Some(stderr),
             base: format!("http://127.0.0.1:{port}"),
         };
         let http = sluice_testkit::http();
@@ -51,14 +61,14 @@ impl Process {
             .status()
             .expect("kill");
         assert!(killed.success());
-        let _ = child.try_wait();
-        let out = child.wait_with_output().expect("exit");
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            out.status.success(),
-            "sluice exited with {}: {said}",
-            out.status
-        );
+        let status = child.wait().expect("exit");
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|reader| reader.join().ok())
+            .unwrap_or_default();
+        let said = String::from_utf8_lossy(&stderr).into_owned();
+        assert!(status.success(), "sluice exited with {status}: {said}");
         said
     }
 

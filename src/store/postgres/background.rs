@@ -94,7 +94,9 @@ pub(super) async fn listen(
     config: tokio_postgres::Config,
     signal: Arc<Notify>,
     instance: Arc<str>,
+    pid: Arc<std::sync::atomic::AtomicI32>,
 ) {
+    use std::sync::atomic::Ordering;
     loop {
         match config.connect(NoTls).await {
             Ok((client, mut connection)) => {
@@ -103,7 +105,9 @@ pub(super) async fn listen(
                 let listening = async {
                     client
                         .batch_execute(&format!("LISTEN {WORK_CHANNEL}"))
-                        .await
+                        .await?;
+                    let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
+                    Ok::<i32, tokio_postgres::Error>(row.get(0))
                 };
                 // The connection must be polled for the LISTEN to complete.
                 let mut listening = std::pin::pin!(listening);
@@ -111,7 +115,8 @@ pub(super) async fn listen(
                 loop {
                     tokio::select! {
                         r = &mut listening, if !ready => {
-                            if r.is_err() { break; }
+                            let Ok(backend) = r else { break };
+                            pid.store(backend, Ordering::Relaxed);
                             ready = true;
                         }
                         m = messages.next() => match m {
@@ -130,6 +135,7 @@ pub(super) async fn listen(
                 tracing::debug!(error = %errors::cause(&e), "postgres listener cannot connect")
             }
         }
+        pid.store(0, Ordering::Relaxed);
         // Work may have arrived while we were not listening.
         signal.notify_one();
         tokio::time::sleep(Duration::from_secs(1)).await;

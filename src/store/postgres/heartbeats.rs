@@ -6,17 +6,28 @@ use super::pg;
 use crate::store::{Heartbeat, StoreResult};
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
-     concurrency, capacity, arrivals_per_s, mean_service_s, draining) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     concurrency, capacity, arrivals_per_s, mean_service_s, draining, backend_pid) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
      ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
      in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
      capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
-     mean_service_s = excluded.mean_service_s, draining = excluded.draining";
+     mean_service_s = excluded.mean_service_s, draining = excluded.draining, \
+     backend_pid = excluded.backend_pid";
 
+/// Fresh heartbeats of processes still alive: a heartbeat naming a backend that PostgreSQL no
+/// longer has (its process died, closing its connections) is not counted, however young.
 const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
-     arrivals_per_s, mean_service_s, draining FROM dispatchers WHERE beat_at_ms >= $1 ORDER BY id";
+     arrivals_per_s, mean_service_s, draining FROM dispatchers \
+     WHERE beat_at_ms >= $1 \
+     AND (backend_pid IS NULL OR backend_pid IN (SELECT pid FROM pg_stat_activity)) \
+     ORDER BY id";
 
-pub(super) async fn beat(c: &impl GenericClient, h: &Heartbeat) -> StoreResult<()> {
+/// Write `h`; `backend` is the pid of the process's long-lived listener connection.
+pub(super) async fn beat(
+    c: &impl GenericClient,
+    h: &Heartbeat,
+    backend: Option<i32>,
+) -> StoreResult<()> {
     c.execute(
         UPSERT,
         &[
@@ -29,6 +40,7 @@ pub(super) async fn beat(c: &impl GenericClient, h: &Heartbeat) -> StoreResult<(
             &finite(h.arrivals_per_s),
             &finite(h.mean_service_s),
             &h.draining,
+            &backend,
         ],
     )
     .await
