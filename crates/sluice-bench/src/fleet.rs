@@ -1189,7 +1189,8 @@ async fn drive(
         within(lag_kill),
         format!(
             "/v1/scale drops to 2 within one heartbeat ({heartbeat_s} s) of the kill -9: {} \
-             (a heartbeat counts until it is {stale_s} s old)",
+             (a heartbeat counts until it is {stale_s} s old, or until PostgreSQL drops its \
+             process's connection)",
             fmt(lag_kill)
         ),
     );
@@ -1209,9 +1210,9 @@ async fn drive(
         ),
     );
     report.note(
-        "while Redis is down, for one maximum attempt duration (timeout cap, 45 s) each \
-         dispatcher admits per endpoint at most what it held when the outage began: an endpoint \
-         with nothing in flight at that moment waits for Redis or the end of that hold",
+        "while Redis is down, each dispatcher admits per endpoint at most what it held when the \
+         outage began until that endpoint's own earlier attempts must have ended (twice its \
+         longest recent attempt, at least 250 ms, at most its deadline), then its local share",
     );
     if !survivors_ok {
         report.note("a surviving process did not exit cleanly on SIGTERM at the end");
