@@ -102,11 +102,13 @@ pub(super) async fn listen(
             Ok((client, mut connection)) => {
                 let mut messages =
                     futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                // The pid first: LISTEN stays the connection's last statement, which is how
+                // pg_stat_activity shows a listener.
                 let listening = async {
+                    let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
                     client
                         .batch_execute(&format!("LISTEN {WORK_CHANNEL}"))
                         .await?;
-                    let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
                     Ok::<i32, tokio_postgres::Error>(row.get(0))
                 };
                 // The connection must be polled for the LISTEN to complete.
