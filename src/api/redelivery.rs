@@ -18,7 +18,7 @@ use super::time::parse_instant;
 use super::views::{DeliveryOut, check_id, delivery_id};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{DeliveryFilter, DeliveryState, ReplayTarget};
+use crate::store::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
 
 /// The answer to a replay.
 #[derive(Debug, Serialize, ToSchema)]
@@ -75,32 +75,46 @@ pub(crate) async fn replay_one(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Replayed>> {
     let id = delivery_id(&id)?;
-    let replayed = replay_delivery(&state, &tenant.id, id).await?;
+    let (_, replayed) = redeliver(&state, &tenant.id, id, ReplayTarget::Delivery).await?;
     Ok(Json(Replayed { replayed }))
 }
 
-/// Replay `tenant`'s dead letter `id` and record it; how many were replayed (0 when it was not
-/// dead). The JSON route and the console share this.
-pub(crate) async fn replay_delivery(state: &AppState, tenant: &str, id: i64) -> ApiResult<u64> {
+/// Make `tenant`'s delivery `id` deliverable again and record it on its endpoint: a dead
+/// letter's replay (`how` = `ReplayTarget::Delivery`, 0 when it was not dead) or a resend of
+/// any delivery (`ReplayTarget::Resend`). Returns the delivery as it was and how many were made
+/// ready; the JSON routes and the console share this.
+pub(crate) async fn redeliver(
+    state: &AppState,
+    tenant: &str,
+    id: i64,
+    how: fn(i64) -> ReplayTarget,
+) -> ApiResult<(DeliveryView, u64)> {
+    let target = how(id);
     let delivery = find_delivery(state, tenant, id).await?;
-    let now = crate::clock::now_ms();
     let n = state
         .store
-        .replay(tenant, ReplayTarget::Delivery(id), now)
+        .replay(tenant, target.clone(), crate::clock::now_ms())
         .await?;
     if let Ok(e) = state
         .store
         .endpoint(Some(tenant), &delivery.endpoint_id)
         .await
     {
-        let detail = format!(
-            "dead letter {} (message {}) replayed",
-            ids::numbered(ids::DELIVERY, id),
-            delivery.message_id
-        );
-        record(state, &e, "replayed", detail).await;
+        let public = ids::numbered(ids::DELIVERY, id);
+        let detail = match target {
+            ReplayTarget::Resend(_) => format!(
+                "delivery {public} (message {}, was {}) resent",
+                delivery.message_id,
+                delivery.state.name()
+            ),
+            _ => format!(
+                "dead letter {public} (message {}) replayed",
+                delivery.message_id
+            ),
+        };
+        record(state, &e, target.reason(), detail).await;
     }
-    Ok(n)
+    Ok((delivery, n))
 }
 
 /// The tenant's dead letters, optionally one endpoint's.
@@ -189,32 +203,8 @@ pub(crate) async fn resend(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Resent>> {
     let id = delivery_id(&id)?;
-    let resent = resend_delivery(&state, &tenant.id, id).await?;
+    let (_, resent) = redeliver(&state, &tenant.id, id, ReplayTarget::Resend).await?;
     Ok(Json(Resent { resent }))
-}
-
-/// Resend `tenant`'s delivery `id` and record it (the JSON route and the console).
-pub(crate) async fn resend_delivery(state: &AppState, tenant: &str, id: i64) -> ApiResult<u64> {
-    let delivery = find_delivery(state, tenant, id).await?;
-    let now = crate::clock::now_ms();
-    let n = state
-        .store
-        .replay(tenant, ReplayTarget::Resend(id), now)
-        .await?;
-    if let Ok(e) = state
-        .store
-        .endpoint(Some(tenant), &delivery.endpoint_id)
-        .await
-    {
-        let detail = format!(
-            "delivery {} (message {}, was {}) resent",
-            ids::numbered(ids::DELIVERY, id),
-            delivery.message_id,
-            delivery.state.name()
-        );
-        record(state, &e, "resent", detail).await;
-    }
-    Ok(n)
 }
 
 /// Recover an endpoint's failed deliveries (dead-lettered, or waiting for a retry after a

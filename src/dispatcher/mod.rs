@@ -234,6 +234,8 @@ pub(crate) async fn fleet_slot(
     concurrency: u32,
 ) -> Result<FleetAdmit, Shed> {
     let until = Instant::now() + ctx.settings.lane_deadline;
+    // Read from the endpoint's window once per admission, not on every 20 ms pass.
+    let mut outage_hold = None;
     loop {
         let allowance = endpoint.state().effective_lane(&ctx.settings, concurrency);
         let share = fleet.local_share(allowance);
@@ -259,7 +261,8 @@ pub(crate) async fn fleet_slot(
                 let held = endpoint.held_at_outage(since, endpoint.attempts_in_flight());
                 // Once this endpoint's own attempts from before the outage must have ended, its
                 // local share applies, even while other endpoints' may still be running.
-                let limit = if since.elapsed() >= endpoint.outage_hold() {
+                let hold = *outage_hold.get_or_insert_with(|| endpoint.outage_hold());
+                let limit = if since.elapsed() >= hold {
                     share
                 } else {
                     share.min(held)

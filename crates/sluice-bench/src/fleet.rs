@@ -25,12 +25,12 @@ use serde_json::Value;
 use sluice_testkit::receiver::{self, Behavior, Observer, Receiver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::chart::{Line, Panel};
 use super::harness::{FreshDatabase, Sluice, Tuning};
+use super::load;
 use super::report::Report;
 use super::timeline::{Timeline, ms, now_us, sent_at_us, u64_field};
 use super::{BenchArgs, save_chart, watch};
@@ -54,8 +54,6 @@ const PHASES: [(&str, &str); 6] = [
 const SCALE_EVERY: Duration = Duration::from_millis(500);
 /// How often the slow receiver's in-flight count is sampled for the chart (its peak is exact).
 const IN_FLIGHT_EVERY: Duration = Duration::from_millis(50);
-/// Most POSTs one producer keeps outstanding.
-const PRODUCER_IN_FLIGHT: usize = 256;
 /// The PostgreSQL the fresh database is created beside, without `--database-url` or
 /// `SLUICE_TEST_DATABASE_URL`.
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
@@ -378,58 +376,40 @@ fn produce(
     timeline: Arc<Timeline>,
     acks: Arc<Acks>,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let token: Arc<str> = token.into();
-        let permits = Arc::new(Semaphore::new(PRODUCER_IN_FLIGHT));
-        let start = Instant::now();
-        let mut sent = 0u64;
-        let mut tick = tokio::time::interval(Duration::from_millis(10));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        while Instant::now() < until {
-            tick.tick().await;
-            let due = (start.elapsed().as_secs_f64() * rate) as u64;
-            while sent < due && Instant::now() < until {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    return;
-                };
-                let (http, url, token) = (http.clone(), url.clone(), token.clone());
-                let (timeline, acks) = (timeline.clone(), acks.clone());
-                let seq = sent;
-                tokio::spawn(async move {
-                    let body = format!(
-                        r#"{{"event_type":"bench.event","payload":{{"sent_at_us":{},"c":{customer},"seq":{seq}}}}}"#,
-                        now_us()
-                    );
-                    let started = std::time::Instant::now();
-                    let id = match http
-                        .post(&*url)
-                        .bearer_auth(&*token)
-                        .header(reqwest::header::CONTENT_TYPE, "application/json")
-                        .body(body)
-                        .send()
-                        .await
-                    {
-                        Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED => r
-                            .json::<Value>()
-                            .await
-                            .ok()
-                            .and_then(|v| v["id"].as_str().map(str::to_owned)),
-                        _ => None,
-                    };
-                    timeline.sent(group, id.is_some(), started.elapsed());
-                    if let Some(id) = id {
-                        acks.ids
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert((customer, seq), id);
-                    }
-                    drop(permit);
-                });
-                sent += 1;
+    let token: Arc<str> = token.into();
+    tokio::spawn(load::paced(rate, until, move |seq| {
+        let (http, url, token) = (http.clone(), url.clone(), token.clone());
+        let (timeline, acks) = (timeline.clone(), acks.clone());
+        async move {
+            let body = format!(
+                r#"{{"event_type":"bench.event","payload":{{"sent_at_us":{},"c":{customer},"seq":{seq}}}}}"#,
+                now_us()
+            );
+            let started = std::time::Instant::now();
+            let id = match http
+                .post(&*url)
+                .bearer_auth(&*token)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .send()
+                .await
+            {
+                Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED => r
+                    .json::<Value>()
+                    .await
+                    .ok()
+                    .and_then(|v| v["id"].as_str().map(str::to_owned)),
+                _ => None,
+            };
+            timeline.sent(group, id.is_some(), started.elapsed());
+            if let Some(id) = id {
+                acks.ids
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((customer, seq), id);
             }
         }
-        let _ = permits.acquire_many(PRODUCER_IN_FLIGHT as u32).await;
-    })
+    }))
 }
 
 /// One reading of `/v1/scale`.

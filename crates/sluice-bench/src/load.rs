@@ -17,6 +17,37 @@ use super::timeline::{Timeline, now_us};
 /// falling behind its rate, which the summary reports as the achieved rate).
 const OPEN_LOOP_IN_FLIGHT: usize = 256;
 
+/// Open-loop pacing: call `send(seq)` for events 0, 1, 2 … at `rate` per second until `until`,
+/// each on a task of its own, at most [`OPEN_LOOP_IN_FLIGHT`] outstanding; returns once the last
+/// has finished, so counts taken after it are final.
+pub(crate) async fn paced<F, Fut>(rate: f64, until: Instant, send: F)
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(OPEN_LOOP_IN_FLIGHT));
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while Instant::now() < until {
+        tick.tick().await;
+        let due = (start.elapsed().as_secs_f64() * rate) as u64;
+        while sent < due && Instant::now() < until {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let sending = send(sent);
+            tokio::spawn(async move {
+                sending.await;
+                drop(permit);
+            });
+            sent += 1;
+        }
+    }
+    let _ = permits.acquire_many(OPEN_LOOP_IN_FLIGHT as u32).await;
+}
+
 /// Where producers send.
 #[derive(Clone)]
 pub(crate) struct Api {
@@ -68,32 +99,13 @@ impl Api {
         until: Instant,
     ) -> JoinHandle<()> {
         let api = self.clone();
-        tokio::spawn(async move {
-            let token: Arc<str> = token.into();
-            let permits = Arc::new(Semaphore::new(OPEN_LOOP_IN_FLIGHT));
-            let start = Instant::now();
-            let mut sent = 0u64;
-            let mut tick = tokio::time::interval(Duration::from_millis(10));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            while Instant::now() < until {
-                tick.tick().await;
-                let due = (start.elapsed().as_secs_f64() * rate) as u64;
-                while sent < due && Instant::now() < until {
-                    let Ok(permit) = permits.clone().acquire_owned().await else {
-                        return;
-                    };
-                    let (api, token) = (api.clone(), token.clone());
-                    let seq = sent;
-                    tokio::spawn(async move {
-                        api.send(&token, group, seq).await;
-                        drop(permit);
-                    });
-                    sent += 1;
-                }
+        let token: Arc<str> = token.into();
+        tokio::spawn(paced(rate, until, move |seq| {
+            let (api, token) = (api.clone(), token.clone());
+            async move {
+                api.send(&token, group, seq).await;
             }
-            // Let the last POSTs finish so the counts are final.
-            let _ = permits.acquire_many(OPEN_LOOP_IN_FLIGHT as u32).await;
-        })
+        }))
     }
 
     /// `producers` tasks POSTing back to back for `group`, spread over `tokens`, until `until`

@@ -11,10 +11,7 @@ use serde::Deserialize;
 
 use super::Portal;
 use super::endpoints::endpoint_of;
-use crate::api::deliveries::find_delivery;
-use crate::api::redelivery::{
-    replay_delivery as replay_one, replay_endpoint_dead, resend_delivery as resend_one,
-};
+use crate::api::redelivery::{redeliver, replay_endpoint_dead};
 use crate::api::time::parse_instant;
 use crate::api::views::{check_id, delivery_id, looks_like_id};
 use crate::console::Console;
@@ -22,7 +19,9 @@ use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
 use crate::ids;
-use crate::store::{AttemptView, DeliveryFilter, DeliveryState, DeliveryView, MessageFilter};
+use crate::store::{
+    AttemptView, DeliveryFilter, DeliveryState, DeliveryView, MessageFilter, ReplayTarget,
+};
 
 /// Rows per page.
 const PAGE: u32 = 50;
@@ -413,8 +412,7 @@ pub async fn replay_delivery(
     CsrfForm(form): CsrfForm<ReplayForm>,
 ) -> Result<Redirect, ConsoleError> {
     let id = delivery_id(&id)?;
-    let d = find_delivery(&console.app, &portal.tenant.id, id).await?;
-    replay_one(&console.app, &portal.tenant.id, id).await?;
+    let (d, _) = redeliver(&console.app, &portal.tenant.id, id, ReplayTarget::Delivery).await?;
     Ok(if form.next == "dead-letters" {
         Redirect::to("/console/portal/dead-letters")
     } else {
@@ -431,8 +429,7 @@ pub async fn resend_delivery(
     CsrfForm(_): CsrfForm<Empty>,
 ) -> Result<Redirect, ConsoleError> {
     let id = delivery_id(&id)?;
-    let d = find_delivery(&console.app, &portal.tenant.id, id).await?;
-    resend_one(&console.app, &portal.tenant.id, id).await?;
+    let (d, _) = redeliver(&console.app, &portal.tenant.id, id, ReplayTarget::Resend).await?;
     Ok(Redirect::to(&format!(
         "/console/portal/messages/{}",
         d.message_id
