@@ -20,10 +20,21 @@
 //! - **a throttle, timeout or refusal** (at most once per round trip, see [`step_sent`]) halves the
 //!   limit; one met while probing sets the safe limit just below it, one met at or below the safe
 //!   limit says the capacity fell, and the safe limit falls to the halved limit with it.
+//! - **a probe that failed waits twice as long** before the next one, up to
+//!   [`PROBE_BACKOFF_LIMIT`]× `probe_interval`: an endpoint whose capacity stays put pays one 429
+//!   per 80 s by default, not one per 10 s. A probe that holds (the limit reaches two above the
+//!   safe limit without a throttle) raises the safe limit and resets the wait, and so does a
+//!   capacity that fell, since what the endpoint takes has to be found again.
+//! - **only a limit that binds grows** (past the safe limit, or before one is known): a success
+//!   sent while fewer attempts were in flight than allowed and nothing waited at the lane says
+//!   nothing about more concurrency, so it does not raise the limit (TCP's congestion window
+//!   validation). Otherwise a quiet hour would raise the limit to the ceiling untested, and the
+//!   next burst would meet the endpoint with all of it.
 //!
 //! Against an endpoint of fixed capacity the limit sits at the capacity for `probe_interval`,
 //! probes one above it, is throttled once, halves, and is back at the capacity within a round trip
-//! or two of successes; when the capacity falls it follows in a few halvings.
+//! or two of successes, then waits longer before each next probe; when the capacity falls it
+//! follows in a few halvings.
 //!
 //! Only attempts that actually reached the network are observations. A delivery that admission shed
 //! (lane full, breaker open) or held back because the endpoint is paused never left the process and
@@ -36,6 +47,10 @@ use tokio::time::Instant;
 
 use crate::config::SettingProblem;
 use crate::config::problem::{Problems, shown};
+
+/// The longest wait between probes, as a multiple of `probe_interval` (a failed probe doubles
+/// the wait up to this).
+pub const PROBE_BACKOFF_LIMIT: u32 = 8;
 
 /// The longest `max_pause` accepted: an endpoint asking for more is better handled by disabling it.
 pub const MAX_PAUSE_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -201,8 +216,11 @@ pub struct GovernorState {
     pub decreased_at: Option<Instant>,
     /// What the endpoint is known to take (see the module docs); `None` before any throttle.
     pub safe: Option<f64>,
-    /// Since when the limit has held at `safe` (the probe waits `probe_interval` from here).
+    /// Since when the limit has held at `safe` (the probe waits from here).
     pub holding_since: Option<Instant>,
+    /// Probes that met a throttle since the last that held: the wait before the next probe is
+    /// `probe_interval × 2^failed_probes`, at most [`PROBE_BACKOFF_LIMIT`]×.
+    pub failed_probes: u32,
 }
 
 impl GovernorState {
@@ -214,8 +232,29 @@ impl GovernorState {
             decreased_at: None,
             safe: None,
             holding_since: None,
+            failed_probes: 0,
         }
     }
+
+    /// How long the limit holds at the safe limit before the next probe.
+    pub fn probe_wait(&self, settings: &GovernorSettings) -> Duration {
+        let factor = 1u32
+            .checked_shl(self.failed_probes)
+            .unwrap_or(u32::MAX)
+            .min(PROBE_BACKOFF_LIMIT);
+        settings.probe_interval.saturating_mul(factor)
+    }
+}
+
+/// How the attempt an observation comes from was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// When it left.
+    pub at: Instant,
+    /// Whether the limit bound while it was out: the lane held as many attempts as the limit
+    /// allows, or deliveries waited for it. Only then may a success raise the limit past what
+    /// is known to be safe (see the module docs).
+    pub limit_bound: bool,
 }
 
 /// Applies one observation made at `now` and returns the next state.
@@ -232,6 +271,17 @@ pub fn step(
     obs: &Observation,
     now: Instant,
 ) -> GovernorState {
+    apply(settings, state, obs, true, now)
+}
+
+/// [`step`] for an attempt whose limit did or did not bind (see [`Sent::limit_bound`]).
+fn apply(
+    settings: &GovernorSettings,
+    state: GovernorState,
+    obs: &Observation,
+    limit_bound: bool,
+    now: Instant,
+) -> GovernorState {
     // A corrupt (NaN) limit restarts from the floor rather than jumping to the ceiling.
     let limit = if state.limit.is_nan() {
         settings.floor
@@ -241,18 +291,22 @@ pub fn step(
     let clamp = |x: f64| x.min(settings.ceiling).max(settings.floor);
     let mut next = GovernorState { limit, ..state };
     match obs {
-        Observation::Success => grow(settings, &mut next, now),
+        Observation::Success => grow(settings, &mut next, limit_bound, now),
         Observation::Throttled { .. } | Observation::Timeout | Observation::ConnectFailure => {
             let decreased = clamp(limit * settings.decrease_factor);
             // The concurrency that met the congestion, against what was thought safe.
             let met = limit.floor();
-            next.safe = Some(match state.safe {
-                Some(safe) if met > safe => clamp(met - 1.0),
-                // At or below the safe limit: the endpoint takes less than it did.
-                _ if state.safe.is_some() => decreased,
+            (next.safe, next.failed_probes) = match state.safe {
+                // A probe that failed: the next waits longer.
+                Some(safe) if met > safe => (
+                    Some(clamp(met - 1.0)),
+                    state.failed_probes.saturating_add(1),
+                ),
+                // At or below the safe limit: the endpoint takes less than it did; find it again.
+                Some(_) => (Some(decreased), 0),
                 // The first throttle: it took what it was given just below.
-                _ => clamp(met - 1.0),
-            });
+                None => (Some(clamp(met - 1.0)), 0),
+            };
             next.limit = decreased;
             next.holding_since = None;
         }
@@ -272,22 +326,29 @@ pub fn step(
     next
 }
 
-/// One success: recover fast to the safe limit, hold there for `probe_interval`, then probe
-/// additively (+`increase` per round trip: `increase ÷ limit` per success).
-fn grow(settings: &GovernorSettings, state: &mut GovernorState, now: Instant) {
+/// One success: recover fast to the safe limit, hold there for the probe wait, then probe
+/// additively (+`increase` per round trip: `increase ÷ limit` per success) while the limit binds;
+/// a probe that reaches two above the safe limit has held.
+fn grow(settings: &GovernorSettings, state: &mut GovernorState, limit_bound: bool, now: Instant) {
     let additive = settings.increase / state.limit.max(1.0);
     match state.safe {
-        None => state.limit += additive,
+        None if limit_bound => state.limit += additive,
+        None => {}
         Some(safe) if state.limit < safe => {
             state.limit = (state.limit + settings.increase).min(safe);
             if state.limit >= safe {
                 state.holding_since = Some(now);
             }
         }
-        Some(_) => {
+        Some(safe) => {
             let since = *state.holding_since.get_or_insert(now);
-            if now.saturating_duration_since(since) >= settings.probe_interval {
+            if limit_bound && now.saturating_duration_since(since) >= state.probe_wait(settings) {
                 state.limit += additive;
+                // Two round trips at one above the safe limit without a throttle: it is safe.
+                if state.limit.floor() >= safe + 2.0 {
+                    state.safe = Some(state.limit.floor() - 1.0);
+                    state.failed_probes = 0;
+                }
             }
         }
     }
@@ -303,15 +364,15 @@ pub fn step_sent(
     settings: &GovernorSettings,
     state: GovernorState,
     obs: &Observation,
-    sent_at: Instant,
+    sent: Sent,
     now: Instant,
 ) -> GovernorState {
     let decreasing = matches!(
         obs,
         Observation::Throttled { .. } | Observation::Timeout | Observation::ConnectFailure
     );
-    let same_episode = decreasing && state.decreased_at.is_some_and(|at| at >= sent_at);
-    let mut next = step(settings, state, obs, now);
+    let same_episode = decreasing && state.decreased_at.is_some_and(|at| at >= sent.at);
+    let mut next = apply(settings, state, obs, sent.limit_bound, now);
     if same_episode {
         // Only the pause of this signal counts: the limit and what was learnt stay.
         next = GovernorState {
@@ -359,7 +420,7 @@ mod tests {
                 &settings,
                 state,
                 &Observation::Throttled { retry_after: None },
-                sent,
+                bound(sent),
                 now,
             );
         }
@@ -372,7 +433,7 @@ mod tests {
             &settings,
             state,
             &Observation::Timeout,
-            later,
+            bound(later),
             Instant::now(),
         );
         assert_eq!(state.limit, 4.0);
@@ -384,11 +445,18 @@ mod tests {
             &Observation::Throttled {
                 retry_after: Some(Duration::from_secs(5)),
             },
-            sent,
+            bound(sent),
             now,
         );
         assert_eq!(state.limit, 4.0);
         assert!(is_paused(&state, now));
+    }
+
+    fn bound(at: Instant) -> Sent {
+        Sent {
+            at,
+            limit_bound: true,
+        }
     }
 
     fn at(limit: f64) -> GovernorState {
@@ -490,6 +558,87 @@ mod tests {
         assert_eq!((next.limit, next.safe), (8.0, Some(8.0)));
         // The first throttle ever: the concurrency it met, less one.
         assert_eq!(run(&s, at(16.4), &[THROTTLED]).safe, Some(15.0));
+    }
+
+    /// A limit that does not bind (fewer attempts out than allowed, none waiting) learns nothing
+    /// about more concurrency: it does not grow before the first throttle or past the safe
+    /// limit, but still recovers to what is known safe.
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_that_does_not_bind_does_not_grow_untested() {
+        let s = GovernorSettings::default();
+        let idle = |state: GovernorState, n: usize| {
+            let sent = Sent {
+                at: Instant::now(),
+                limit_bound: false,
+            };
+            (0..n).fold(state, |st, _| {
+                step_sent(&s, st, &Observation::Success, sent, Instant::now())
+            })
+        };
+        assert_eq!(idle(at(8.0), 1_000).limit, 8.0);
+        let known = GovernorState {
+            safe: Some(8.0),
+            ..at(2.0)
+        };
+        let recovered = idle(known, 20);
+        assert_eq!(recovered.limit, 8.0);
+        tokio::time::advance(s.probe_interval * 2).await;
+        assert_eq!(idle(recovered, 1_000).limit, 8.0);
+        // The same successes with the limit bound probe above it.
+        assert!(run(&s, recovered, &[Observation::Success; 8]).limit > 8.0);
+    }
+
+    /// Each failed probe doubles the wait before the next, up to eight intervals; one that holds
+    /// (two above the safe limit without a throttle) raises the safe limit and resets the wait,
+    /// and so does a throttle at the safe limit (the capacity fell: find it again).
+    #[tokio::test(start_paused = true)]
+    async fn failed_probes_wait_longer_and_a_probe_that_holds_resets_the_wait() {
+        let s = GovernorSettings::default();
+        let waits: Vec<u64> = (0..6)
+            .map(|failed_probes| {
+                let state = GovernorState {
+                    failed_probes,
+                    ..at(8.0)
+                };
+                state.probe_wait(&s).as_secs()
+            })
+            .collect();
+        assert_eq!(waits, [10, 20, 40, 80, 80, 80]);
+        let probing = GovernorState {
+            safe: Some(8.0),
+            ..at(9.1)
+        };
+        let failed = run(&s, probing, &[THROTTLED]);
+        assert_eq!((failed.safe, failed.failed_probes), (Some(8.0), 1));
+        let twice = run(
+            &s,
+            GovernorState {
+                limit: 9.0,
+                ..failed
+            },
+            &[THROTTLED],
+        );
+        assert_eq!(twice.failed_probes, 2);
+        // Held at the safe limit, it does not probe before 40 s.
+        let held = run(&s, twice, &[Observation::Success; 40]);
+        assert_eq!(held.limit, 8.0);
+        tokio::time::advance(Duration::from_secs(39)).await;
+        assert_eq!(run(&s, held, &[Observation::Success; 40]).limit, 8.0);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Past the wait: additive probing, and at 10 the probe has held.
+        let grown = run(&s, held, &[Observation::Success; 40]);
+        assert!(grown.limit >= 10.0, "{}", grown.limit);
+        assert_eq!((grown.safe, grown.failed_probes), (Some(9.0), 0));
+        // A throttle at the safe limit resets the wait too.
+        let fell = run(
+            &s,
+            GovernorState {
+                limit: 8.0,
+                ..twice
+            },
+            &[THROTTLED],
+        );
+        assert_eq!((fell.safe, fell.failed_probes), (Some(4.0), 0));
     }
 
     #[tokio::test(start_paused = true)]
@@ -683,10 +832,12 @@ mod tests {
     }
 
     /// The simulated endpoint.
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, Default)]
     struct Endpoint {
         /// Requests it serves at once (0: it never answers, a 15 s timeout each).
         capacity: u32,
+        /// From this long after the start, it serves this many at once instead.
+        raised: Option<(Duration, u32)>,
         /// Time to serve one.
         service: Duration,
         /// Retry-After on its 429s.
@@ -699,6 +850,7 @@ mod tests {
     async fn drive(endpoint: Endpoint, span: Duration, warmup: Duration) -> Report {
         let Endpoint {
             capacity,
+            raised,
             service,
             retry_after,
         } = endpoint;
@@ -710,13 +862,16 @@ mod tests {
         let (mut area, mut busy, mut in_flight, mut seq) = (0.0, 0u32, 0u32, 0u64);
         let (mut in_band, mut counted) = (0.0, 0.0);
         let (mut delivered, mut throttled) = (0, 0);
-        let c = f64::from(capacity);
+        let serves = |now: Instant| match raised {
+            Some((after, more)) if now >= start + after => more,
+            _ => capacity,
+        };
         let mut answers = BinaryHeap::new();
         let mut arrivals = Vec::new();
         while last < start + span {
             let now = Instant::now();
             while !is_paused(&state, now) && in_flight < effective_limit(&state, 64) {
-                let (after, obs) = match capacity {
+                let (after, obs) = match serves(now) {
                     0 => (deadline, Observation::Timeout),
                     c if busy < c => (service, Observation::Success),
                     _ => (reject, Observation::Throttled { retry_after }),
@@ -741,6 +896,7 @@ mod tests {
             let now = Instant::now();
             let dt = (now - last).as_secs_f64();
             area += state.limit * dt;
+            let c = f64::from(serves(last));
             if last >= start + warmup {
                 counted += dt;
                 if (c..=1.3 * c).contains(&state.limit) {
@@ -758,7 +914,7 @@ mod tests {
                 busy -= u32::from(ok);
                 delivered += u32::from(ok);
                 throttled += u32::from(!ok && capacity > 0);
-                state = step_sent(&s, state, &obs, sent, now);
+                state = step_sent(&s, state, &obs, bound(sent), now);
                 if let Some(until) = state.paused_until.filter(|_| !ok) {
                     // Endpoint's view: nothing new arrives while the pause it asked for lasts.
                     assert!(arrivals.iter().all(|a| *a <= now || *a >= until));
@@ -799,7 +955,7 @@ mod tests {
             service_ms in 20u64..=300,
         ) {
             let service = Duration::from_millis(service_ms);
-            let endpoint = Endpoint { capacity, service, retry_after: None };
+            let endpoint = Endpoint { capacity, service, ..Endpoint::default() };
             let span = Duration::from_secs(300);
             let r = simulate(endpoint, span, Duration::from_secs(60));
             prop_assert!(r.in_band >= 0.85, "in band {:.3} (mean limit {:.2})", r.in_band, r.mean_limit);
@@ -812,13 +968,17 @@ mod tests {
 
     #[test]
     fn retry_after_pauses_cost_little_once_the_capacity_is_known() {
-        // Each probe past the capacity earns one 429 and a pause: one per probe interval.
+        // The first round trip meets the capacity with the initial limit (8 against 2: six
+        // 429s); after that each probe past the capacity earns one 429 and a pause, and the
+        // probes back off to one per 80 s: after 10, 20, 40 and 80 s, then every 80 s, nine in
+        // 600 s. Probing every 10 s would cost sixty.
         let endpoint = Endpoint {
             capacity: 2,
             service: Duration::from_millis(50),
             retry_after: Some(Duration::from_secs(1)),
+            ..Endpoint::default()
         };
-        let span = Duration::from_secs(300);
+        let span = Duration::from_secs(600);
         let r = simulate(endpoint, span, Duration::from_secs(30));
         let best = 2.0 * span.as_secs_f64() / 0.05;
         assert!(
@@ -826,7 +986,33 @@ mod tests {
             "delivered {} of {best}",
             r.delivered
         );
-        assert!(r.throttled <= 300 / 10 * 2, "throttled {}", r.throttled);
+        assert!((6..=20).contains(&r.throttled), "throttled {}", r.throttled);
+    }
+
+    /// The probes' back-off does not hide a capacity that rises: the next probe, at most eight
+    /// intervals later, holds, and the limit climbs to the new capacity.
+    #[test]
+    fn a_capacity_that_rises_is_found_after_the_probes_backed_off() {
+        let endpoint = Endpoint {
+            capacity: 4,
+            raised: Some((Duration::from_secs(300), 8)),
+            service: Duration::from_millis(100),
+            retry_after: Some(Duration::from_secs(1)),
+        };
+        let span = Duration::from_secs(600);
+        let r = simulate(endpoint, span, Duration::from_secs(400));
+        assert!(
+            (8.0..=10.4).contains(&r.final_limit),
+            "final {}",
+            r.final_limit
+        );
+        assert!(r.in_band >= 0.85, "in band {:.3}", r.in_band);
+        let best = (4.0 * 300.0 + 8.0 * 300.0) / 0.1;
+        assert!(
+            f64::from(r.delivered) >= 0.85 * best,
+            "delivered {} of {best}",
+            r.delivered
+        );
     }
 
     #[test]
@@ -834,7 +1020,7 @@ mod tests {
         let endpoint = Endpoint {
             capacity: 0,
             service: Duration::from_millis(100),
-            retry_after: None,
+            ..Endpoint::default()
         };
         let r = simulate(endpoint, Duration::from_secs(300), Duration::ZERO);
         assert_eq!(r.final_limit, 1.0);

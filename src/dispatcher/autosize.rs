@@ -7,9 +7,11 @@
 //! at small loads, where queueing needs a wider margin.
 //!
 //! Measured occupancy cannot see past a full pool: when it is nearly always full, what is held
-//! is what the pool allows, not what is offered. So a pool found busy 95 % of the last interval
-//! grows by half at least; a smaller size is approached a tenth per decision, so a lull does not
-//! undo it.
+//! is what the pool allows, not what is offered. So a pool found busy 95 % of two intervals in a
+//! row grows by half at least; one such interval alone grows it by a tenth, since a few seconds'
+//! burst fills a pool sized for 92 % too, and growing by half for each would keep the pool a
+//! third idle (a slow endpoint's lane, a share of the pool, fills what the pool grows by). A
+//! smaller size is approached a tenth per decision, so a lull does not undo it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +36,7 @@ pub(super) async fn autosize(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(SAMPLE);
     interval.tick().await;
     let (mut share, mut occupancy, mut samples) = (0.0, 0.0, 0u32);
+    let mut saturated_before = false;
     loop {
         interval.tick().await;
         let pool = ctx.view(super::Look::Pool).pool;
@@ -54,7 +57,8 @@ pub(super) async fn autosize(ctx: Arc<Ctx>) {
         };
         (share, occupancy, samples) = (0.0, 0.0, 0);
         let current = ctx.concurrency();
-        let wanted = next_concurrency(current, &measured, min, max);
+        let wanted = next_concurrency(current, &measured, saturated_before, min, max);
+        saturated_before = measured.busy_share >= SATURATED;
         let (rate, mean) = (measured.load.arrivals_per_s, measured.load.mean_service_s);
         if wanted != current {
             tracing::info!(
@@ -83,15 +87,23 @@ pub struct Measured {
 }
 
 /// The next pool size (see the module docs): `max(L ÷ 0.92, Erlang C)`, at least ×1.5 when the
-/// pool was saturated, shrinking by at most a tenth; within `[min, max]`.
-pub fn next_concurrency(current: u32, m: &Measured, min: u32, max: u32) -> u32 {
+/// pool was saturated in this interval and the one before (`saturated_before`), at least ×1.1
+/// when only in this one, shrinking by at most a tenth; within `[min, max]`.
+pub fn next_concurrency(
+    current: u32,
+    m: &Measured,
+    saturated_before: bool,
+    min: u32,
+    max: u32,
+) -> u32 {
     let erlang = recommended_concurrency(m.load.arrivals_per_s, m.load.mean_service_s, min, max);
     let littles = (m.occupancy / TARGET_UTILISATION)
         .ceil()
         .min(f64::from(u32::MAX)) as u32;
     let sized = erlang.max(littles);
     let next = if m.busy_share >= SATURATED {
-        sized.max((f64::from(current) * 1.5).ceil() as u32)
+        let factor = if saturated_before { 1.5 } else { 1.1 };
+        sized.max((f64::from(current) * factor).ceil() as u32)
     } else if sized < current {
         sized.max((f64::from(current) * 0.9).floor() as u32)
     } else {
@@ -127,13 +139,16 @@ mod tests {
         }
     }
 
-    /// A saturated pool grows by half even when what it measured (capped by the pool itself)
-    /// says it is big enough.
+    /// A pool saturated two intervals running grows by half even when what it measured (capped
+    /// by the pool itself) says it is big enough; saturated in one interval only, by a tenth.
     #[test]
-    fn a_saturated_pool_grows_by_half() {
+    fn a_pool_saturated_twice_grows_by_half_and_once_by_a_tenth() {
         let full = measured(1.0, 16.0, 100.0, 0.16);
-        assert_eq!(next_concurrency(16, &full, 16, 4096), 24);
-        assert_eq!(next_concurrency(4000, &full, 16, 4096), 4096);
+        assert_eq!(next_concurrency(16, &full, true, 16, 4096), 24);
+        assert_eq!(next_concurrency(4000, &full, true, 16, 4096), 4096);
+        let burst = measured(0.97, 40.0, 100.0, 0.16);
+        assert_eq!(next_concurrency(60, &burst, false, 16, 4096), 66);
+        assert_eq!(next_concurrency(60, &burst, true, 16, 4096), 90);
     }
 
     /// Little's Law on the occupancy sizes the pool for 92 % when it asks for more than Erlang C
@@ -142,18 +157,18 @@ mod tests {
     #[test]
     fn an_unsaturated_pool_is_sized_for_ninety_two_percent_and_shrinks_gently() {
         let busy = measured(0.7, 45.0, 100.0, 0.16);
-        assert_eq!(next_concurrency(64, &busy, 16, 4096), 57);
-        assert_eq!(next_concurrency(50, &busy, 16, 4096), 49);
+        assert_eq!(next_concurrency(64, &busy, false, 16, 4096), 57);
+        assert_eq!(next_concurrency(50, &busy, true, 16, 4096), 49);
         let erlang = recommended_concurrency(100.0, 0.16, 16, 4096);
         let light = measured(0.3, 10.0, 100.0, 0.16);
         assert!(erlang > 16 && erlang < 40, "{erlang}");
-        assert_eq!(next_concurrency(16, &light, 16, 4096), erlang);
+        assert_eq!(next_concurrency(16, &light, false, 16, 4096), erlang);
         assert_eq!(
-            next_concurrency(200, &measured(0.0, 0.0, 0.0, 0.0), 16, 4096),
+            next_concurrency(200, &measured(0.0, 0.0, 0.0, 0.0), true, 16, 4096),
             180
         );
         assert_eq!(
-            next_concurrency(17, &measured(0.0, 0.0, 0.0, 0.0), 16, 4096),
+            next_concurrency(17, &measured(0.0, 0.0, 0.0, 0.0), false, 16, 4096),
             16
         );
     }

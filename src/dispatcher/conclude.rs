@@ -40,21 +40,40 @@ pub struct Effects {
 /// How often an endpoint's lane is sized again from its window.
 pub const LANE_RESIZE: Duration = Duration::from_secs(5);
 
-/// Apply one attempt that took `took`, decided as `decision`, to `state`: the governor (the one
-/// place a Retry-After pause is decided, capped at `max_pause`, never shortening a longer one;
-/// its ceiling is the endpoint's lane, `lane`), the evidence window and the lane sized from it,
-/// the service-time average claims are sized by, the breaker, and the run of failures. An
-/// endpoint the decision disables itself (410 Gone) is not also auto-disabled.
+/// One finished attempt, as the lane saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// How long it took.
+    pub took: Duration,
+    /// The endpoint's lane size: the governor's ceiling.
+    pub lane: u32,
+    /// Whether the endpoint's limit bound while it was out (its lane was full or deliveries
+    /// waited at it): only then may a success raise the governor past what is known safe.
+    pub limit_bound: bool,
+}
+
+/// Apply one `attempt`, decided as `decision`, to `state`: the governor (the one place a
+/// Retry-After pause is decided, capped at `max_pause`, never shortening a longer one; its
+/// ceiling is the endpoint's lane), the evidence window and the lane sized from it, the
+/// service-time average claims are sized by, the breaker, and the run of failures. An endpoint
+/// the decision disables itself (410 Gone) is not also auto-disabled.
 pub fn conclude(
     state: &mut EndpointState,
     settings: &DispatchSettings,
     decision: &Decision,
-    took: Duration,
-    lane: u32,
+    attempt: Attempt,
     now: Instant,
     now_ms: i64,
 ) -> Effects {
-    let sent_at = now.checked_sub(took).unwrap_or(now);
+    let Attempt {
+        took,
+        lane,
+        limit_bound,
+    } = attempt;
+    let sent = governor::Sent {
+        at: now.checked_sub(took).unwrap_or(now),
+        limit_bound,
+    };
     let governor_settings = governor::GovernorSettings {
         ceiling: settings
             .governor
@@ -67,7 +86,7 @@ pub fn conclude(
         &governor_settings,
         state.governor,
         &decision.observation,
-        sent_at,
+        sent,
         now,
     );
     state.window.record(now, took, decision.kind);
@@ -143,19 +162,28 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(40);
 
+    /// An attempt that took `took` in a lane of `lane`, sent while the limit bound.
+    fn took(took: Duration, lane: u32) -> Attempt {
+        Attempt {
+            took,
+            lane,
+            limit_bound: true,
+        }
+    }
+
     /// The first failure starts the run; more failures leave it; a success ends it.
     #[test]
     fn a_run_of_failures_begins_once_and_ends_on_success() {
         let (settings, now) = (DispatchSettings::default(), Instant::now());
         let mut s = state(now);
         let fail = decision(true, Observation::OtherFailure, None);
-        let e = conclude(&mut s, &settings, &fail, MS, 8, now, 1_000);
+        let e = conclude(&mut s, &settings, &fail, took(MS, 8), now, 1_000);
         assert_eq!(e.failing, FailingChange::Began(1_000));
-        let e = conclude(&mut s, &settings, &fail, MS, 8, now, 2_000);
+        let e = conclude(&mut s, &settings, &fail, took(MS, 8), now, 2_000);
         assert_eq!(e.failing, FailingChange::Unchanged);
         assert_eq!(s.failing_since_ms, Some(1_000));
         let ok = decision(false, Observation::Success, None);
-        let e = conclude(&mut s, &settings, &ok, MS, 8, now, 3_000);
+        let e = conclude(&mut s, &settings, &ok, took(MS, 8), now, 3_000);
         assert_eq!(e.failing, FailingChange::Ended);
         assert_eq!(s.failing_since_ms, None);
     }
@@ -168,17 +196,17 @@ mod tests {
         let period = settings.auto_disable_after.as_millis() as i64;
         let mut s = state(now);
         let fail = decision(true, Observation::OtherFailure, None);
-        conclude(&mut s, &settings, &fail, MS, 8, now, 0);
-        let e = conclude(&mut s, &settings, &fail, MS, 8, now, period - 1);
+        conclude(&mut s, &settings, &fail, took(MS, 8), now, 0);
+        let e = conclude(&mut s, &settings, &fail, took(MS, 8), now, period - 1);
         assert_eq!(e.failing, FailingChange::Unchanged);
-        let e = conclude(&mut s, &settings, &fail, MS, 8, now, period);
+        let e = conclude(&mut s, &settings, &fail, took(MS, 8), now, period);
         assert_eq!(e.failing, FailingChange::Disable { since_ms: 0 });
         let gone = decision(
             true,
             Observation::OtherFailure,
             Some("endpoint answered 410 Gone"),
         );
-        let e = conclude(&mut s, &settings, &gone, MS, 8, now, period + 1);
+        let e = conclude(&mut s, &settings, &gone, took(MS, 8), now, period + 1);
         assert_eq!(e.failing, FailingChange::Unchanged);
     }
 
@@ -194,7 +222,7 @@ mod tests {
             },
             None,
         );
-        conclude(&mut s, &settings, &throttled, MS, 8, now, 0);
+        conclude(&mut s, &settings, &throttled, took(MS, 8), now, 0);
         assert_eq!(s.governor.paused_until, Some(now + Duration::from_secs(30)));
         let forever = decision(
             true,
@@ -203,7 +231,7 @@ mod tests {
             },
             None,
         );
-        conclude(&mut s, &settings, &forever, MS, 8, now, 0);
+        conclude(&mut s, &settings, &forever, took(MS, 8), now, 0);
         assert_eq!(
             s.governor.paused_until,
             Some(now + settings.governor.max_pause)
@@ -221,8 +249,7 @@ mod tests {
             &mut s,
             &settings,
             &ok,
-            Duration::from_millis(100),
-            8,
+            took(Duration::from_millis(100), 8),
             now,
             0,
         );
@@ -231,8 +258,7 @@ mod tests {
             &mut s,
             &settings,
             &ok,
-            Duration::from_millis(600),
-            8,
+            took(Duration::from_millis(600), 8),
             now,
             0,
         );
@@ -248,7 +274,7 @@ mod tests {
         let ok = decision(false, Observation::Success, None);
         for i in 0..2_000u64 {
             let at = now + Duration::from_millis(i);
-            conclude(&mut s, &settings, &ok, MS, 3, at, 0);
+            conclude(&mut s, &settings, &ok, took(MS, 3), at, 0);
         }
         assert_eq!(s.governor.limit, 3.0);
     }
@@ -264,7 +290,14 @@ mod tests {
         for i in 0..200u64 {
             let at = now + Duration::from_millis(50 * i);
             s.window.record_offered(at);
-            conclude(&mut s, &settings, &ok, Duration::from_millis(200), 8, at, 0);
+            conclude(
+                &mut s,
+                &settings,
+                &ok,
+                took(Duration::from_millis(200), 8),
+                at,
+                0,
+            );
         }
         // 6, or 7 when the window's count and span round the rate just above 20/s.
         let lane = s.measured_lane.expect("measured");

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Ctx;
-use super::conclude::{FailingChange, conclude};
+use super::conclude::{Attempt, FailingChange, conclude};
 use super::endpoints::{EndpointRuntime, Pending};
 use crate::admission::breaker::Admission;
 use crate::admission::governor::{self, Observation};
@@ -179,15 +179,16 @@ async fn settle_attempt(
     let (effects, host) = {
         let mut s = endpoint.state();
         let lane = s.lane_size(&ctx.settings, ctx.concurrency());
-        let effects = conclude(
-            &mut s,
-            &ctx.settings,
-            &decision,
-            report.duration,
+        // This attempt's slot is free again: the limit bound if the lane is full without it,
+        // or deliveries are waiting at it.
+        let limit_bound = endpoint.pending() > 0
+            || endpoint.lane.in_use() + 1 >= governor::effective_limit(&s.governor, lane);
+        let attempt = Attempt {
+            took: report.duration,
             lane,
-            now,
-            now_ms,
-        );
+            limit_bound,
+        };
+        let effects = conclude(&mut s, &ctx.settings, &decision, attempt, now, now_ms);
         (effects, s.host.clone())
     };
     observe(

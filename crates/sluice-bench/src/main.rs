@@ -244,6 +244,14 @@ pub fn save_chart(
 
 fn main() -> anyhow::Result<()> {
     let args = BenchArgs::parse();
+    // The sluice under test runs in this process: `RUST_LOG` (e.g. `sluice=info`) shows its
+    // log on standard error; without it the run is quiet.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
