@@ -14,7 +14,8 @@
 //! - **safe limit**: one below the concurrency that drew the last throttle while probing — what
 //!   the endpoint is known to take. Until the first throttle there is none.
 //! - **below the safe limit** (after a decrease) the limit recovers fast, +`increase` per success;
-//!   it stops at the safe limit and **holds** there for `probe_interval`;
+//!   it stops at the safe limit and **holds** there for the probe wait (`probe_interval` at
+//!   first, see below);
 //! - **above it** (and before any throttle) it grows additively, +`increase` per round trip
 //!   (`increase ÷ limit` per success), the probe for more capacity;
 //! - **a throttle, timeout or refusal** (at most once per round trip, see [`step_sent`]) halves the
@@ -70,9 +71,10 @@ pub struct GovernorSettings {
     pub decrease_factor: f64,
     /// Longest pause a `Retry-After` can impose; within `(0, 7 days]`. Default 1 hour.
     pub max_pause: Duration,
-    /// How long the limit holds at the safe limit before probing above it again; within
-    /// `(0 s, 1 hour]`. Default 10 s: one overshoot (one 429, often a `Retry-After` pause) per
-    /// interval is what finding more capacity costs.
+    /// How long the limit holds at the safe limit before probing above it again, after a probe
+    /// that held; each probe that draws a throttle doubles it, up to [`PROBE_BACKOFF_LIMIT`]×.
+    /// Within `(0 s, 1 hour]`. Default 10 s: one overshoot (one 429, often a `Retry-After`
+    /// pause) per wait is what finding more capacity costs.
     pub probe_interval: Duration,
 }
 

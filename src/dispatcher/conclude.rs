@@ -142,6 +142,7 @@ mod tests {
             service_ewma: None,
             measured_lane: None,
             lane_sized_at: None,
+            offered_since_sized: 0,
         }
     }
 
@@ -289,7 +290,7 @@ mod tests {
         assert_eq!(s.lane_basis(), super::super::endpoints::LaneBasis::Default);
         for i in 0..200u64 {
             let at = now + Duration::from_millis(50 * i);
-            s.window.record_offered(at);
+            s.record_offered(at);
             conclude(
                 &mut s,
                 &settings,
@@ -309,5 +310,30 @@ mod tests {
         s.lane_override = Some(2);
         assert_eq!(s.lane_size(&settings, 512), 2);
         assert_eq!(s.lane_basis(), super::super::endpoints::LaneBasis::Override);
+    }
+
+    /// Traffic that rises from 4/s to 16/s (answered in 200 ms) widens the lane within one
+    /// sizing, ⌈16 × 0.2 × 1.5⌉ = 5, where the five-minute window alone would still say 2; when
+    /// it falls back, the window's rate (5.2/s over the 100 s) decides again.
+    #[test]
+    fn a_rise_in_traffic_widens_the_lane_within_one_sizing() {
+        let (settings, start) = (DispatchSettings::default(), Instant::now());
+        let mut s = state(start);
+        let ok = decision(false, Observation::Success, None);
+        let mut at = start;
+        let mut offer = |s: &mut EndpointState, per_s: u64, secs: u64| {
+            for _ in 0..per_s * secs {
+                at += Duration::from_millis(1_000 / per_s);
+                s.record_offered(at);
+                let attempt = took(Duration::from_millis(200), 64);
+                conclude(s, &settings, &ok, attempt, at, 0);
+            }
+        };
+        offer(&mut s, 4, 60);
+        assert_eq!(s.measured_lane, Some(2));
+        offer(&mut s, 16, 10);
+        assert_eq!(s.measured_lane, Some(5));
+        offer(&mut s, 4, 30);
+        assert_eq!(s.measured_lane, Some(2));
     }
 }

@@ -46,6 +46,9 @@ pub struct EndpointState {
     pub measured_lane: Option<u32>,
     /// When `measured_lane` was last computed.
     pub lane_sized_at: Option<Instant>,
+    /// Deliveries offered to the lane since then: the rate a step in traffic shows at once,
+    /// before the window's five-minute average catches up.
+    pub offered_since_sized: u32,
 }
 
 /// Where an endpoint's lane size comes from.
@@ -297,6 +300,7 @@ impl Endpoints {
                 service_ewma: None,
                 measured_lane: None,
                 lane_sized_at: None,
+                offered_since_sized: 0,
             }),
         });
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -324,22 +328,38 @@ impl EndpointState {
         }
     }
 
-    /// Size the lane again from the window when the last sizing is `every` old (Little's Law:
-    /// offered rate × mean service time × headroom), or forget the measurement when the window
-    /// holds too few attempts to say anything.
+    /// A delivery reached admission: counted in the window and towards the next lane sizing.
+    pub fn record_offered(&mut self, now: Instant) {
+        self.window.record_offered(now);
+        self.offered_since_sized = self.offered_since_sized.saturating_add(1);
+    }
+
+    /// Size the lane again when the last sizing is `every` old (Little's Law: offered rate ×
+    /// mean service time × headroom), or forget the measurement when the window holds too few
+    /// attempts to say anything. The rate is the higher of the window's and the one since the
+    /// last sizing: a lane follows a rise in traffic within one sizing (a lane too small for it
+    /// is offered what it can claim, and grows by the headroom each time) instead of the minutes
+    /// the window's average takes, and falls back to the window's rate when the rise is over.
     pub fn resize_lane(&mut self, headroom: f64, every: Duration, now: Instant) {
-        if self
-            .lane_sized_at
-            .is_some_and(|at| now.saturating_duration_since(at) < every)
-        {
-            return;
-        }
+        let since = match self.lane_sized_at {
+            Some(at) if now.saturating_duration_since(at) < every => return,
+            Some(at) => now.saturating_duration_since(at),
+            None => Duration::ZERO,
+        };
         self.lane_sized_at = Some(now);
+        let recent = match since.as_secs_f64() {
+            secs if secs > 0.0 => f64::from(self.offered_since_sized) / secs,
+            _ => 0.0,
+        };
+        self.offered_since_sized = 0;
         let w = self.window.snapshot(now);
         self.measured_lane = match w.mean {
-            Some(mean) if w.samples >= crate::admission::lane::SIZING_MIN_SAMPLES => Some(
-                crate::admission::lane::sized_by_load(w.offered_per_s, mean, headroom),
-            ),
+            Some(mean) if w.samples >= crate::admission::lane::SIZING_MIN_SAMPLES => {
+                let offered = w.offered_per_s.max(recent);
+                Some(crate::admission::lane::sized_by_load(
+                    offered, mean, headroom,
+                ))
+            }
             _ => None,
         };
     }

@@ -59,7 +59,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     let concurrency = ctx.concurrency();
     let (target, probe) = {
         let mut s = endpoint.state();
-        s.window.record_offered(now);
+        s.record_offered(now);
         if !s.enabled {
             drop(s);
             return requeue(ctx, d, Some(&endpoint), Held::Disabled);
