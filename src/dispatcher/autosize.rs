@@ -2,15 +2,17 @@
 //!
 //! The pool bounds what is claimed and not yet settled: attempts in flight and claimed
 //! deliveries waiting at their lanes hold it alike. Little's Law on that measured occupancy
-//! (`L` = its time average) sizes the pool for a utilisation of 90 %, `L ÷ 0.9` (the middle of
-//! the 85–95 % band a pool sized right sits in); Erlang C on the
+//! (`L` = its time average) sizes the pool for a utilisation of 88 %, `L ÷ 0.88`: a pool sized
+//! right sits in 85–95 %, and part of what it holds grows with it (a slow endpoint's lane is a
+//! share of the pool, and fills it), so the utilisation it reaches lands a few points above the
+//! target, near the band's middle. Erlang C on the
 //! attempts' own load (for a 50 ms mean queue wait) takes over where it asks for more, as it does
 //! at small loads, where queueing needs a wider margin.
 //!
 //! Measured occupancy cannot see past a full pool: when it is nearly always full, what is held
 //! is what the pool allows, not what is offered. So a pool found busy 98 % of two intervals in a
 //! row grows by half at least; one such interval alone grows it by a tenth, since a few seconds'
-//! burst fills a pool sized for 90 % too, and growing by half for each would keep the pool a
+//! burst fills a pool sized for 88 % too, and growing by half for each would keep the pool a
 //! third idle (a slow endpoint's lane, a share of the pool, fills what the pool grows by). A
 //! smaller size is approached a tenth per decision, so a lull does not undo it.
 
@@ -25,7 +27,7 @@ const SAMPLE: Duration = Duration::from_secs(1);
 /// Samples per decision.
 const SAMPLES_PER_DECISION: u32 = 5;
 /// The utilisation the pool is sized for.
-const TARGET_UTILISATION: f64 = 0.9;
+const TARGET_UTILISATION: f64 = 0.88;
 /// Busy share of the pool above which it counts as saturated.
 const SATURATED: f64 = 0.98;
 
@@ -87,7 +89,7 @@ pub struct Measured {
     pub load: super::view::Load,
 }
 
-/// The next pool size (see the module docs): `max(L ÷ 0.9, Erlang C)`, at least ×1.5 when the
+/// The next pool size (see the module docs): `max(L ÷ 0.88, Erlang C)`, at least ×1.5 when the
 /// pool was saturated in this interval and the one before (`saturated_before`), at least ×1.1
 /// when only in this one, shrinking by at most a tenth; within `[min, max]`.
 pub fn next_concurrency(
@@ -152,16 +154,16 @@ mod tests {
         assert_eq!(next_concurrency(60, &burst, true, 16, 4096), 90);
     }
 
-    /// Little's Law on the occupancy sizes the pool for 90 % when it asks for more than Erlang C
-    /// (45 held on average: 50); Erlang C decides at small loads; a smaller pool is approached
+    /// Little's Law on the occupancy sizes the pool for 88 % when it asks for more than Erlang C
+    /// (45 held on average: 52); Erlang C decides at small loads; a smaller pool is approached
     /// a tenth at a time; a pool busy 97 % of the time is not saturated.
     #[test]
-    fn an_unsaturated_pool_is_sized_for_ninety_percent_and_shrinks_gently() {
+    fn an_unsaturated_pool_is_sized_for_eighty_eight_percent_and_shrinks_gently() {
         let busy = measured(0.7, 45.0, 100.0, 0.16);
         assert_eq!(next_concurrency(64, &busy, false, 16, 4096), 57);
-        assert_eq!(next_concurrency(50, &busy, true, 16, 4096), 50);
+        assert_eq!(next_concurrency(50, &busy, true, 16, 4096), 52);
         let nearly = measured(0.97, 45.0, 100.0, 0.16);
-        assert_eq!(next_concurrency(50, &nearly, true, 16, 4096), 50);
+        assert_eq!(next_concurrency(50, &nearly, true, 16, 4096), 52);
         let erlang = recommended_concurrency(100.0, 0.16, 16, 4096);
         let light = measured(0.3, 10.0, 100.0, 0.16);
         assert!(erlang > 16 && erlang < 40, "{erlang}");
