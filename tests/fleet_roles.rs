@@ -23,6 +23,13 @@ fn gauge(text: &str, name: &str) -> Option<f64> {
         .and_then(|(_, v)| v.parse().ok())
 }
 
+/// The live dispatchers `GET /v1/scale` counts.
+async fn current_replicas(c: &Client) -> Option<u64> {
+    let (status, body, _) = c.get("/v1/scale", Some(ADMIN)).await;
+    assert_eq!(status, 200, "{body}");
+    body["current_replicas"].as_u64()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_role_is_observable_and_the_api_process_sees_the_live_fleet() {
     let Some(db) = support::fresh_postgres().await else {
@@ -63,11 +70,7 @@ async fn every_role_is_observable_and_the_api_process_sees_the_live_fleet() {
     }
 
     // The API process runs no dispatcher, yet it sees both through their heartbeats.
-    let replicas = || async {
-        let (status, body, _) = c.get("/v1/scale", Some(ADMIN)).await;
-        assert_eq!(status, 200, "{body}");
-        body["current_replicas"].as_u64()
-    };
+    let replicas = || current_replicas(&c);
     assert!(
         eventually(Duration::from_secs(10), || async {
             replicas().await == Some(2)
@@ -150,11 +153,7 @@ async fn a_killed_dispatcher_stops_counting_before_its_heartbeat_goes_stale() {
     let d1 = Process::start(&dispatcher).await;
     let d2 = Process::start(&dispatcher).await;
     let c = Client::new(&api.base);
-    let replicas = || async {
-        let (status, body, _) = c.get("/v1/scale", Some(ADMIN)).await;
-        assert_eq!(status, 200, "{body}");
-        body["current_replicas"].as_u64()
-    };
+    let replicas = || current_replicas(&c);
     assert!(
         eventually(Duration::from_secs(20), || async {
             replicas().await == Some(2)

@@ -461,6 +461,11 @@ mod tests {
         }
     }
 
+    /// `state` with its limit moved to `limit`.
+    fn limited(state: GovernorState, limit: f64) -> GovernorState {
+        GovernorState { limit, ..state }
+    }
+
     fn at(limit: f64) -> GovernorState {
         GovernorState {
             limit,
@@ -612,14 +617,7 @@ mod tests {
         };
         let failed = run(&s, probing, &[THROTTLED]);
         assert_eq!((failed.safe, failed.failed_probes), (Some(8.0), 1));
-        let twice = run(
-            &s,
-            GovernorState {
-                limit: 9.0,
-                ..failed
-            },
-            &[THROTTLED],
-        );
+        let twice = run(&s, limited(failed, 9.0), &[THROTTLED]);
         assert_eq!(twice.failed_probes, 2);
         // Held at the safe limit, it does not probe before 40 s.
         let held = run(&s, twice, &[Observation::Success; 40]);
@@ -632,14 +630,7 @@ mod tests {
         assert!(grown.limit >= 10.0, "{}", grown.limit);
         assert_eq!((grown.safe, grown.failed_probes), (Some(9.0), 0));
         // A throttle at the safe limit resets the wait too.
-        let fell = run(
-            &s,
-            GovernorState {
-                limit: 8.0,
-                ..twice
-            },
-            &[THROTTLED],
-        );
+        let fell = run(&s, limited(twice, 8.0), &[THROTTLED]);
         assert_eq!((fell.safe, fell.failed_probes), (Some(4.0), 0));
     }
 
