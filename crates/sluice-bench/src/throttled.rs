@@ -2,8 +2,9 @@
 //! Retry-After to the rest, offered more than it can take. It starts roomy (16 at once) and a
 //! third of the way in its capacity drops (to 2 by default): the governor, settled near 16,
 //! meets a burst of 429s, halves once per round trip, honours each pause, learns the new
-//! capacity and holds there, probing above it once per probe interval. Healthy endpoints run
-//! alongside, and once more in a baseline phase without the throttling endpoint.
+//! capacity and holds there, probing above it after 10 s, then less often each time a probe
+//! draws a 429 (up to every 80 s). Healthy endpoints run alongside, and once more in a
+//! baseline phase without the throttling endpoint.
 
 use std::time::Duration;
 
