@@ -43,13 +43,20 @@ impl Ctx {
     }
 
     /// Write the heartbeat now; a store error is logged and the next interval tries again.
-    pub(super) async fn beat(&self, draining: bool) {
+    /// False when the next beat should come soon: the row does not yet name what tells this
+    /// process dead (see [`Store::beat`](crate::store::Store::beat)).
+    pub(super) async fn beat(&self, draining: bool) -> bool {
         let heartbeat = self.heartbeat(draining);
         match self.store.beat(&heartbeat).await {
-            Ok(()) => self
-                .last_beat_ms
-                .store(heartbeat.beat_at_ms, Ordering::Release),
-            Err(e) => tracing::warn!(error = %e, "cannot write the dispatcher heartbeat"),
+            Ok(named) => {
+                self.last_beat_ms
+                    .store(heartbeat.beat_at_ms, Ordering::Release);
+                named
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot write the dispatcher heartbeat");
+                true
+            }
         }
     }
 
@@ -70,18 +77,27 @@ impl Ctx {
     }
 }
 
-/// Beat every interval until aborted; purge long-dead dispatchers' rows now and then.
+/// Beat every interval until aborted, and every [`UNNAMED_RETRY`] while a beat could not name
+/// its process's liveness (a dispatcher killed then would count until its row went stale, three
+/// intervals); purge long-dead dispatchers' rows now and then.
 pub(super) async fn heartbeat(ctx: Arc<Ctx>) {
-    let mut tick = tokio::time::interval(ctx.settings.heartbeat_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let interval = ctx.settings.heartbeat_interval;
     for n in 0u64.. {
-        tick.tick().await;
-        ctx.beat(false).await;
+        let named = ctx.beat(false).await;
         if n % 12 == 0 {
             let before = crate::clock::now_ms() - ctx.purge_after_ms();
             if let Err(e) = ctx.store.forget_heartbeats(None, before).await {
                 tracing::warn!(error = %e, "cannot purge stale heartbeats");
             }
         }
+        let wait = if named {
+            interval
+        } else {
+            interval.min(UNNAMED_RETRY)
+        };
+        tokio::time::sleep(wait).await;
     }
 }
+
+/// How soon a beat that could not name its process's liveness is written again.
+const UNNAMED_RETRY: std::time::Duration = std::time::Duration::from_secs(1);

@@ -262,7 +262,7 @@ impl Store for Bounded {
         self.run(self.inner.queue_stats(now_ms)).await
     }
 
-    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()> {
+    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool> {
         self.run(self.inner.beat(heartbeat)).await
     }
 

@@ -222,8 +222,10 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- the fleet --------------------------------------------------------------------------
 
-    /// Write (insert or replace) a dispatcher's heartbeat.
-    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()>;
+    /// Write (insert or replace) a dispatcher's heartbeat. `Ok(false)`: the row could not yet
+    /// name what tells its process dead before it goes stale (on PostgreSQL, the listener's
+    /// backend, still connecting), so the dispatcher beats again soon instead of an interval on.
+    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool>;
     /// Heartbeats written at or after `since_ms`, by dispatcher id.
     async fn heartbeats(&self, since_ms: i64) -> StoreResult<Vec<Heartbeat>>;
     /// Delete dispatcher `id`'s heartbeat (it has drained) and every heartbeat written before

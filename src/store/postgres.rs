@@ -44,6 +44,10 @@ const MIGRATION_LOCK: i64 = 0x5_11ce;
 pub(crate) const WORK_CHANNEL: &str = "sluice_work";
 /// Connections in the pool.
 const POOL_SIZE: usize = 16;
+/// How long a heartbeat waits at most for the listener to connect before it is written without
+/// its backend (and written again a second later, see `dispatcher::heartbeat`); never more than
+/// half the store deadline, so the beat itself still answers within it.
+const LISTENER_WAIT: Duration = Duration::from_secs(2);
 
 /// What the pool waits for, kept to explain a pool error.
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +74,7 @@ pub struct PostgresStore {
     instance: Arc<str>,
     /// The backend pid of the listener's connection (0 while it is not connected): heartbeats
     /// carry it so readers can tell a live process from one that died since its last beat.
-    listener_pid: Arc<std::sync::atomic::AtomicI32>,
+    listener_pid: tokio::sync::watch::Receiver<i32>,
 }
 
 impl PostgresStore {
@@ -119,6 +123,7 @@ impl PostgresStore {
             timeouts,
             instance.clone(),
         ));
+        let (listener_sender, listener_pid) = tokio::sync::watch::channel(0);
         let store = Self {
             pool,
             signal: Arc::new(Notify::new()),
@@ -128,14 +133,14 @@ impl PostgresStore {
             due_vacuum: Arc::default(),
             held: HeldEndpoints::default(),
             instance: instance.clone(),
-            listener_pid: Arc::default(),
+            listener_pid,
         };
         store.migrate().await?;
         tokio::spawn(listen(
             config,
             store.signal.clone(),
             instance,
-            store.listener_pid.clone(),
+            listener_sender,
         ));
         Ok(store)
     }
@@ -490,9 +495,23 @@ impl Store for PostgresStore {
         queries::queue_stats(&self.client().await?, now_ms).await
     }
 
-    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()> {
-        let pid = self.listener_pid.load(std::sync::atomic::Ordering::Relaxed);
-        heartbeats::beat(&self.client().await?, heartbeat, (pid != 0).then_some(pid)).await
+    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool> {
+        // A live row names the listener's backend, so wait a moment for a listener still
+        // connecting (at start, or after PostgreSQL came back): a row without it counts until it
+        // goes stale however its process ends. A draining row no longer counts: no wait.
+        let mut pid = self.listener_pid.clone();
+        let wait = if heartbeat.draining {
+            Duration::ZERO
+        } else {
+            LISTENER_WAIT.min(self.timeouts.wait / 2)
+        };
+        let backend = tokio::time::timeout(wait, pid.wait_for(|p| *p != 0))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(|p| *p);
+        heartbeats::beat(&self.client().await?, heartbeat, backend).await?;
+        Ok(backend.is_some())
     }
 
     async fn heartbeats(&self, since_ms: i64) -> StoreResult<Vec<Heartbeat>> {

@@ -520,9 +520,11 @@ impl Store for SqliteStore {
         self.read(move |c| queries::queue_stats(c, now_ms)).await
     }
 
-    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<()> {
+    async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool> {
         let heartbeat = heartbeat.clone();
-        self.write(move |c| heartbeats::beat(c, &heartbeat)).await
+        // One file, one host: staleness is the only death there is to tell.
+        self.write(move |c| heartbeats::beat(c, &heartbeat)).await?;
+        Ok(true)
     }
 
     async fn heartbeats(&self, since_ms: i64) -> StoreResult<Vec<Heartbeat>> {

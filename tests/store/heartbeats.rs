@@ -19,7 +19,12 @@ fn beat(id: &str, at_ms: i64, in_flight: u32) -> Heartbeat {
 
 async fn check_heartbeats_upsert_read_and_forget(store: SharedStore) {
     let now = now_ms();
-    store.beat(&beat("dsp_a", now - 60_000, 1)).await.unwrap();
+    // On PostgreSQL the first beat of a store just opened waits for its listener, whose
+    // backend is what tells a killed process from a live one before its row goes stale.
+    assert!(
+        store.beat(&beat("dsp_a", now - 60_000, 1)).await.unwrap(),
+        "a beat of a store whose listener can connect names its liveness"
+    );
     store.beat(&beat("dsp_b", now - 1_000, 2)).await.unwrap();
     store.beat(&beat("dsp_c", now - 500, 3)).await.unwrap();
     // A later beat replaces the row: one row per dispatcher, the newest figures.

@@ -94,9 +94,8 @@ pub(super) async fn listen(
     config: tokio_postgres::Config,
     signal: Arc<Notify>,
     instance: Arc<str>,
-    pid: Arc<std::sync::atomic::AtomicI32>,
+    pid: tokio::sync::watch::Sender<i32>,
 ) {
-    use std::sync::atomic::Ordering;
     loop {
         match config.connect(NoTls).await {
             Ok((client, mut connection)) => {
@@ -118,7 +117,7 @@ pub(super) async fn listen(
                     tokio::select! {
                         r = &mut listening, if !ready => {
                             let Ok(backend) = r else { break };
-                            pid.store(backend, Ordering::Relaxed);
+                            pid.send_replace(backend);
                             ready = true;
                         }
                         m = messages.next() => match m {
@@ -137,7 +136,7 @@ pub(super) async fn listen(
                 tracing::debug!(error = %errors::cause(&e), "postgres listener cannot connect")
             }
         }
-        pid.store(0, Ordering::Relaxed);
+        pid.send_replace(0);
         // Work may have arrived while we were not listening.
         signal.notify_one();
         tokio::time::sleep(Duration::from_secs(1)).await;
