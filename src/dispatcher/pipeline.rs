@@ -103,28 +103,14 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     drop(pending);
     let slot = match acquired {
         Ok(slot) => slot,
-        Err(_) => {
-            let mut s = endpoint.state();
-            s.window.record_shed(Instant::now());
-            if probe {
-                s.breaker.cancel_probe();
-            }
-            drop(s);
-            return requeue(ctx, d, Some(&endpoint), Held::Shed);
-        }
+        Err(_) => return shed(ctx, d, &endpoint, probe),
     };
     let fleet_slot = match &ctx.fleet.lanes {
         Some(fleet) => match super::fleet_slot(ctx, fleet, &endpoint, concurrency).await {
             Ok(admit) => Some(admit),
             Err(super::Shed) => {
-                let mut s = endpoint.state();
-                s.window.record_shed(Instant::now());
-                if probe {
-                    s.breaker.cancel_probe();
-                }
-                drop(s);
                 drop(slot);
-                return requeue(ctx, d, Some(&endpoint), Held::Shed);
+                return shed(ctx, d, &endpoint, probe);
             }
         },
         None => None,
@@ -307,6 +293,18 @@ fn settlement(d: &Claimed, outcome: SettleOutcome, attempt: Option<AttemptRecord
         outcome,
         attempt,
     }
+}
+
+/// Shed at the lane (local or fleet): counted in the endpoint's window, a breaker probe it
+/// carried given back, and requeued after a jittered delay; not an attempt.
+fn shed(ctx: &Arc<Ctx>, d: &Claimed, endpoint: &Arc<EndpointRuntime>, probe: bool) -> Settlement {
+    let mut s = endpoint.state();
+    s.window.record_shed(Instant::now());
+    if probe {
+        s.breaker.cancel_probe();
+    }
+    drop(s);
+    requeue(ctx, d, Some(endpoint), Held::Shed)
 }
 
 /// Requeue without an attempt after a jittered delay.

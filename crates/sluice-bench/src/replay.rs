@@ -7,7 +7,10 @@
 //! Per level it reports the age of the oldest ready delivery (max and p99 of per-second samples;
 //! for the healthy tenants, whose backlog is the pool's, and for all, where the slow, dead and
 //! throttling endpoints' own backlogs count too), the mean pool utilisation, deliveries per
-//! second and the share of 429s each throttling endpoint answered; then three verdicts: the
+//! second, the healthy endpoints' delivery latency (p99, p99.9) and sheds per delivery offered
+//! (a shed waits 5–20 s before it is offered again, so a lane too narrow for an endpoint's
+//! bursts shows here), and the share of 429s each throttling endpoint answered; then three
+//! verdicts: the
 //! healthy tenants' oldest age stays under the objective at 2×, the pool's mean utilisation sits
 //! in 85–95 %, and no throttling endpoint's 429 share rises from 1× to 2× (the governor, not the
 //! pool, decides what an endpoint gets).
@@ -144,7 +147,15 @@ struct Level {
     concurrency_end: Option<f64>,
     delivered_per_s: f64,
     throttled_share: [Option<f64>; 3],
+    /// Sheds per delivery offered, the fast endpoints and the 300 ms ones.
+    healthy_shed_share: [Option<f64>; 2],
+    /// The healthy endpoints' delivery latency (event accepted → receiver), p99 and p99.9, s.
+    healthy_latency_p99: Option<f64>,
+    healthy_latency_p999: Option<f64>,
 }
+
+/// The healthy endpoints' two kinds, for their shed shares: name prefix and label.
+const HEALTHY_KINDS: [(&str, &str); 2] = [("fast", "fast"), ("medium", "300 ms")];
 
 /// Run the levels one after another on one sluice, after a warm-up at the first level's rate:
 /// the pool the auto-sizer found and what the governors learnt carry over, as they would in a
@@ -164,6 +175,8 @@ async fn levels(
     let shape = shape();
     let (mut receivers, mut customers) = (Vec::new(), Vec::new());
     let mut healthy_tenants = Vec::new();
+    // The healthy endpoints are watched by name, for their sheds.
+    let mut watched = Vec::new();
     for e in &shape {
         let mode = match e.kind {
             Kind::Answers(d) => Mode::Slow(d),
@@ -176,9 +189,10 @@ async fn levels(
         };
         let rx = receiver::start(mode, timeline.clone(), e.group).await?;
         let (tenant, token) = sluice.tenant_with_id(e.name).await?;
-        sluice.endpoint(&token, &rx.url(), None).await?;
+        let endpoint = sluice.endpoint(&token, &rx.url(), None).await?;
         if e.group == HEALTHY {
             healthy_tenants.push(tenant);
+            watched.push((e.name.to_owned(), endpoint));
         }
         customers.push((token, e.group, e.rate));
         receivers.push(rx);
@@ -191,7 +205,7 @@ async fn levels(
     };
     let total = warmup + duration * factors.len() as u32;
     let pb = watch::progress(args.json, "replay", total.as_secs_f64());
-    let mut watch = Watch::new(sluice.probe(), Vec::new(), timeline.clone(), pb);
+    let mut watch = Watch::new(sluice.probe(), watched, timeline.clone(), pb);
     timeline.restart();
     let start = Instant::now();
     // The oldest ready age per tenant, once a second (a store read, as the scale signal does).
@@ -244,8 +258,42 @@ async fn levels(
             from,
             to,
         ));
+        let offered = |prefix: &str| {
+            shape
+                .iter()
+                .filter(|e| e.group == HEALTHY && e.name.starts_with(prefix))
+                .map(|e| e.rate * factor * duration.as_secs_f64())
+                .sum::<f64>()
+        };
+        let level = out.last_mut().expect("just pushed");
+        level.healthy_shed_share = HEALTHY_KINDS.map(|(prefix, _)| {
+            let sheds = sheds_between(&series, prefix, from, to);
+            ratio(sheds, Some(offered(prefix)))
+        });
     }
     Ok(out)
+}
+
+/// Sheds of the watched endpoints whose names start with `prefix` within `[from, to)`: the
+/// growth of each one's shed counter from its last sample before `from` to its last before `to`.
+fn sheds_between(series: &watch::Series, prefix: &str, from: f64, to: f64) -> Option<f64> {
+    let mut total = None;
+    for (name, samples) in series {
+        let Some(label) = name.strip_suffix(".shed_total") else {
+            continue;
+        };
+        if !label.starts_with(prefix) {
+            continue;
+        }
+        let at = |t: f64| {
+            samples
+                .iter()
+                .rfind(|(s, _)| *s < t)
+                .map_or(0.0, |(_, n)| *n)
+        };
+        *total.get_or_insert(0.0) += at(to) - at(from);
+    }
+    total
 }
 
 /// The figures of one level, from what was sampled within `[from, to)` seconds.
@@ -311,6 +359,8 @@ fn measure(
         let ok: u64 = level.iter().map(|s| s.ok).sum();
         ratio(Some(t as f64), Some((t + ok) as f64))
     });
+    let latency = timeline.latency_between(HEALTHY, first, last);
+    let seconds = |q: f64| latency.quantile(q).map(|d| d.as_secs_f64());
     Level {
         factor,
         healthy_age_max: healthy_age.iter().copied().reduce(f64::max),
@@ -321,6 +371,9 @@ fn measure(
         concurrency_end,
         delivered_per_s: delivered as f64 / (to - from),
         throttled_share,
+        healthy_shed_share: [None; 2],
+        healthy_latency_p99: seconds(0.99),
+        healthy_latency_p999: seconds(0.999),
     }
 }
 
@@ -399,6 +452,26 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             Some(l.delivered_per_s),
             "/s",
         );
+        for (i, (prefix, label)) in HEALTHY_KINDS.iter().enumerate() {
+            report.figure(
+                &format!("healthy_shed_share_{prefix}_{x}"),
+                &format!("{x}: sheds per delivery offered, {label} endpoints"),
+                l.healthy_shed_share[i],
+                "",
+            );
+        }
+        report.figure(
+            &format!("healthy_latency_p99_s_{x}"),
+            &format!("{x}: delivery latency of the healthy endpoints, p99"),
+            l.healthy_latency_p99,
+            "s",
+        );
+        report.figure(
+            &format!("healthy_latency_p999_s_{x}"),
+            &format!("{x}: delivery latency of the healthy endpoints, p99.9"),
+            l.healthy_latency_p999,
+            "s",
+        );
         for (i, g) in THROTTLING.iter().enumerate() {
             report.figure(
                 &format!("throttled_share_{}_{x}", GROUPS[*g]),
@@ -445,6 +518,14 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             "deliveries",
             "per second",
             vec![line("delivered", &|l| Some(l.delivered_per_s))],
+        )
+        .over(level_axis),
+        Panel::linear(
+            "healthy endpoints: sheds",
+            "per delivery offered",
+            (0..HEALTHY_KINDS.len())
+                .map(|i| line(HEALTHY_KINDS[i].1, &|l| l.healthy_shed_share[i]))
+                .collect(),
         )
         .over(level_axis),
         Panel::linear(
