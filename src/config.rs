@@ -120,8 +120,8 @@ pub struct DispatchSettings {
     /// Response bytes kept (and read) per attempt.
     pub max_response_bytes: usize,
     /// Lane size (in-flight slots) of an endpoint not yet measured (fewer than 20 attempts in its
-    /// window); measured endpoints get Little's Law × `lane_headroom` (an operator's per-endpoint
-    /// lane overrides both).
+    /// window); measured endpoints get Little's Law × `lane_headroom`, widened until Poisson
+    /// bursts rarely wait past `lane_deadline` (an operator's per-endpoint lane overrides both).
     pub lane_size: u32,
     /// Headroom over the measured mean concurrency when lanes are sized by Little's Law, 1–10.
     pub lane_headroom: f64,

@@ -15,20 +15,47 @@ use tokio::time::Instant;
 /// little about its rate and service time.
 pub const SIZING_MIN_SAMPLES: u64 = 20;
 
-/// The lane an endpoint needs by Little's Law: the attempts it holds on average are its arrival
+/// The share of an endpoint's deliveries its lane may shed when they arrive as a Poisson
+/// stream at its mean rate: [`sized_by_load`] widens a lane until Erlang C says no more wait
+/// past the lane deadline. A shed waits 5–20 s before it is offered again, so a lane that sheds
+/// one in ten of a healthy endpoint's bursts gives it a tail of seconds.
+pub const SHED_TARGET: f64 = 0.01;
+
+/// The lane an endpoint needs: by Little's Law the attempts it holds on average are its arrival
 /// rate times its mean service time, and `headroom` (≥ 1) leaves room for bursts above the
-/// mean, so `ceil(offered_per_s × mean_service × headroom)`, at least 1. The caller caps it by
-/// the fairness ceiling.
+/// mean, so `ceil(offered_per_s × mean_service × headroom)`; and at least the smallest lane in
+/// which no more than [`SHED_TARGET`] of Poisson arrivals would wait past `deadline` (Erlang C,
+/// exponential service: conservative for the near-constant answer times of most receivers).
+/// Always at least 1. The caller caps it by the fairness ceiling.
+///
+/// The second bound matters where the load is small: 1.2 erlangs (4/s at 300 ms) get 2 slots
+/// by Little's Law × 1.5, and 2 slots make 12 % of Poisson arrivals wait past a 500 ms deadline;
+/// 3 make 0.7 %. Above about 20 erlangs the headroom is the wider of the two.
 ///
 /// The arrival rate is what is offered to the lane (shed deliveries included), so a lane that is
 /// too small sheds, its offered rate exceeds what it serves, and the next sizing grows it.
-pub fn sized_by_load(offered_per_s: f64, mean_service: Duration, headroom: f64) -> u32 {
-    let needed = offered_per_s * mean_service.as_secs_f64() * headroom;
-    if needed.is_nan() || needed <= 1.0 {
+pub fn sized_by_load(
+    offered_per_s: f64,
+    mean_service: Duration,
+    headroom: f64,
+    deadline: Duration,
+) -> u32 {
+    let load = offered_per_s * mean_service.as_secs_f64();
+    let needed = load * headroom;
+    let littles = if needed.is_nan() || needed <= 1.0 {
         1
     } else {
         needed.ceil().min(f64::from(u32::MAX)) as u32
-    }
+    };
+    // No answer (no load, no service time, or a load past the solver's range): Little's Law.
+    let bursts = crate::sizing::erlang::servers_for_percentile_wait(
+        load,
+        mean_service.as_secs_f64(),
+        deadline.as_secs_f64(),
+        1.0 - SHED_TARGET,
+    )
+    .unwrap_or(1);
+    littles.max(bursts)
 }
 
 /// The lane had no free slot within its deadline.
@@ -116,15 +143,63 @@ impl Lane {
 mod tests {
     use super::*;
 
+    const DEADLINE: Duration = Duration::from_millis(500);
+
     /// 100 deliveries/s answered in 2 s hold 200 attempts; with 1.5 headroom the lane is 300. A
     /// fast endpoint needs one slot; nothing is ever sized to zero.
     #[test]
     fn lanes_are_sized_by_littles_law_with_headroom() {
-        assert_eq!(sized_by_load(100.0, Duration::from_secs(2), 1.5), 300);
-        assert_eq!(sized_by_load(20.0, Duration::from_millis(40), 1.5), 2);
-        assert_eq!(sized_by_load(20.0, Duration::from_millis(2), 1.5), 1);
-        assert_eq!(sized_by_load(0.0, Duration::from_secs(1), 1.5), 1);
-        assert_eq!(sized_by_load(f64::NAN, Duration::from_secs(1), 1.5), 1);
+        let lane =
+            |rate, ms, headroom| sized_by_load(rate, Duration::from_millis(ms), headroom, DEADLINE);
+        assert_eq!(lane(100.0, 2_000, 1.5), 300);
+        assert_eq!(lane(20.0, 40, 1.5), 2);
+        assert_eq!(lane(20.0, 2, 1.5), 1);
+        assert_eq!(lane(0.0, 1_000, 1.5), 1);
+        assert_eq!(lane(f64::NAN, 1_000, 1.5), 1);
+        assert_eq!(lane(10.0, 0, 1.5), 1);
+    }
+
+    /// Where Little's Law × headroom leaves a small lane that Poisson bursts overflow, the lane
+    /// is widened until at most 1 % would wait past the deadline: 4/s at 300 ms (1.2 erlangs)
+    /// gets 3, not 2; 8/s at 80 ms (0.64 erlangs) gets 2, not 1.
+    #[test]
+    fn small_lanes_are_widened_until_bursts_rarely_wait_past_the_deadline() {
+        use crate::sizing::erlang::wait_percentile_exceeds;
+        for (rate, ms, littles, wider) in [(4.0, 300, 2, 3), (8.0, 80, 1, 2)] {
+            let service = Duration::from_millis(ms);
+            let load = rate * service.as_secs_f64();
+            assert_eq!((load * 1.5_f64).ceil() as u32, littles);
+            let sheds = |lane| {
+                wait_percentile_exceeds(lane, load, service.as_secs_f64(), DEADLINE.as_secs_f64())
+            };
+            assert!(
+                sheds(littles) > 0.05,
+                "{rate}/s at {ms} ms: {}",
+                sheds(littles)
+            );
+            assert_eq!(sized_by_load(rate, service, 1.5, DEADLINE), wider);
+            assert!(sheds(wider) <= SHED_TARGET);
+        }
+    }
+
+    proptest::proptest! {
+        /// The lane is never narrower than Little's Law × headroom, and where Erlang C has an
+        /// answer no more than the target share waits past the deadline in it.
+        #[test]
+        fn a_lane_covers_its_load_and_its_bursts(
+            rate in 0.0f64..2_000.0,
+            ms in 1u64..30_000,
+            headroom in 1.0f64..3.0,
+            deadline_ms in 1u64..5_000,
+        ) {
+            let (service, deadline) = (Duration::from_millis(ms), Duration::from_millis(deadline_ms));
+            let lane = sized_by_load(rate, service, headroom, deadline);
+            let load = rate * service.as_secs_f64();
+            proptest::prop_assert!(f64::from(lane) >= (load * headroom).ceil().max(1.0));
+            let exceeds = crate::sizing::erlang::wait_percentile_exceeds(
+                lane, load, service.as_secs_f64(), deadline.as_secs_f64());
+            proptest::prop_assert!(exceeds <= SHED_TARGET + 1e-9, "lane {lane}: {exceeds}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

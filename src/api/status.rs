@@ -59,8 +59,9 @@ pub struct EndpointStatus {
     /// Failed attempts in the window, by how they failed.
     pub failures: FailureCounts,
     /// The lane: concurrent deliveries allowed (the endpoint's override as stored now, else
-    /// Little's Law on its window — offered rate × mean service time × headroom — else the
-    /// default; within the fairness ceiling).
+    /// Little's Law on its window — offered rate × mean service time × headroom, widened until
+    /// at most 1 % of Poisson arrivals would wait past the lane deadline — else the default;
+    /// within the fairness ceiling).
     pub lane_size: u32,
     /// `override`, `measured` or `default`: where `lane_size` comes from (`default` without a
     /// dispatcher, or before the window holds 20 attempts).

@@ -90,7 +90,7 @@ pub fn conclude(
         now,
     );
     state.window.record(now, took, decision.kind);
-    state.resize_lane(settings.lane_headroom, LANE_RESIZE, now);
+    state.resize_lane(settings, LANE_RESIZE, now);
     state.service_ewma = Some(match state.service_ewma {
         Some(avg) => avg.mul_f64(0.8) + took.mul_f64(0.2),
         None => took,
@@ -313,8 +313,9 @@ mod tests {
     }
 
     /// Traffic that rises from 4/s to 16/s (answered in 200 ms) widens the lane within one
-    /// sizing, ⌈16 × 0.2 × 1.5⌉ = 5, where the five-minute window alone would still say 2; when
-    /// it falls back, the window's rate (5.2/s over the 100 s) decides again.
+    /// sizing, ⌈16 × 0.2 × 1.5⌉ = 5, where the five-minute window alone would still say 3 (0.8
+    /// erlangs: Little's Law × 1.5 gives 2, widened to 3 for its bursts); when it falls back,
+    /// the window's rate (5.2/s over the 100 s) decides again.
     #[test]
     fn a_rise_in_traffic_widens_the_lane_within_one_sizing() {
         let (settings, start) = (DispatchSettings::default(), Instant::now());
@@ -330,10 +331,10 @@ mod tests {
             }
         };
         offer(&mut s, 4, 60);
-        assert_eq!(s.measured_lane, Some(2));
+        assert_eq!(s.measured_lane, Some(3));
         offer(&mut s, 16, 10);
         assert_eq!(s.measured_lane, Some(5));
         offer(&mut s, 4, 30);
-        assert_eq!(s.measured_lane, Some(2));
+        assert_eq!(s.measured_lane, Some(3));
     }
 }

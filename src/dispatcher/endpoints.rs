@@ -335,12 +335,13 @@ impl EndpointState {
     }
 
     /// Size the lane again when the last sizing is `every` old (Little's Law: offered rate ×
-    /// mean service time × headroom), or forget the measurement when the window holds too few
+    /// mean service time × headroom, widened until Poisson bursts rarely wait past the lane
+    /// deadline; see [`sized_by_load`](crate::admission::lane::sized_by_load)), or forget the measurement when the window holds too few
     /// attempts to say anything. The rate is the higher of the window's and the one since the
     /// last sizing: a lane follows a rise in traffic within one sizing (a lane too small for it
     /// is offered what it can claim, and grows by the headroom each time) instead of the minutes
     /// the window's average takes, and falls back to the window's rate when the rise is over.
-    pub fn resize_lane(&mut self, headroom: f64, every: Duration, now: Instant) {
+    pub fn resize_lane(&mut self, settings: &DispatchSettings, every: Duration, now: Instant) {
         let since = match self.lane_sized_at {
             Some(at) if now.saturating_duration_since(at) < every => return,
             Some(at) => now.saturating_duration_since(at),
@@ -357,7 +358,10 @@ impl EndpointState {
             Some(mean) if w.samples >= crate::admission::lane::SIZING_MIN_SAMPLES => {
                 let offered = w.offered_per_s.max(recent);
                 Some(crate::admission::lane::sized_by_load(
-                    offered, mean, headroom,
+                    offered,
+                    mean,
+                    settings.lane_headroom,
+                    settings.lane_deadline,
                 ))
             }
             _ => None,
