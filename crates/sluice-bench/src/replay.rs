@@ -10,10 +10,9 @@
 //! second, the healthy endpoints' delivery latency (p99, p99.9) and sheds per delivery offered
 //! (a shed waits 5–20 s before it is offered again, so a lane too narrow for an endpoint's
 //! bursts shows here), and the share of 429s each throttling endpoint answered; then three
-//! verdicts: the
-//! healthy tenants' oldest age stays under the objective at 2×, the pool's mean utilisation sits
-//! in 85–95 %, and no throttling endpoint's 429 share rises from 1× to 2× (the governor, not the
-//! pool, decides what an endpoint gets).
+//! verdicts: the healthy tenants' oldest age stays under the objective at 2×, the pool's mean
+//! utilisation sits in 85–95 %, and no throttling endpoint's 429 share rises from 1× to 2× (the
+//! governor, not the pool, decides what an endpoint gets).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -258,18 +257,6 @@ async fn levels(
             from,
             to,
         ));
-        let offered = |prefix: &str| {
-            shape
-                .iter()
-                .filter(|e| e.group == HEALTHY && e.name.starts_with(prefix))
-                .map(|e| e.rate * factor * duration.as_secs_f64())
-                .sum::<f64>()
-        };
-        let level = out.last_mut().expect("just pushed");
-        level.healthy_shed_share = HEALTHY_KINDS.map(|(prefix, _)| {
-            let sheds = sheds_between(&series, prefix, from, to);
-            ratio(sheds, Some(offered(prefix)))
-        });
     }
     Ok(out)
 }
@@ -359,6 +346,15 @@ fn measure(
         let ok: u64 = level.iter().map(|s| s.ok).sum();
         ratio(Some(t as f64), Some((t + ok) as f64))
     });
+    // Offered at the level's rate: the shape's rates × the factor × the level's span.
+    let healthy_shed_share = HEALTHY_KINDS.map(|(prefix, _)| {
+        let offered: f64 = shape()
+            .iter()
+            .filter(|e| e.group == HEALTHY && e.name.starts_with(prefix))
+            .map(|e| e.rate * factor * (to - from))
+            .sum();
+        ratio(sheds_between(series, prefix, from, to), Some(offered))
+    });
     let latency = timeline.latency_between(HEALTHY, first, last);
     let seconds = |q: f64| latency.quantile(q).map(|d| d.as_secs_f64());
     Level {
@@ -371,7 +367,7 @@ fn measure(
         concurrency_end,
         delivered_per_s: delivered as f64 / (to - from),
         throttled_share,
-        healthy_shed_share: [None; 2],
+        healthy_shed_share,
         healthy_latency_p99: seconds(0.99),
         healthy_latency_p999: seconds(0.999),
     }
