@@ -336,8 +336,8 @@ impl EndpointState {
 
     /// Size the lane again when the last sizing is `every` old (Little's Law: offered rate ×
     /// mean service time × headroom, widened until Poisson bursts rarely wait past the lane
-    /// deadline; see [`sized_by_load`](crate::admission::lane::sized_by_load)), or forget the measurement when the window holds too few
-    /// attempts to say anything. The rate is the higher of the window's and the one since the
+    /// deadline; see [`sized_by_load`](crate::admission::lane::sized_by_load)), or forget the
+    /// measurement when the window holds too few attempts to say anything. The rate is the higher of the window's and the one since the
     /// last sizing: a lane follows a rise in traffic within one sizing (a lane too small for it
     /// is offered what it can claim, and grows by the headroom each time) instead of the minutes
     /// the window's average takes, and falls back to the window's rate when the rise is over.
