@@ -60,8 +60,6 @@ struct State {
     /// Charges for the next claim, by tenant.
     charges: HashMap<String, TenantCharge>,
     known: HashMap<String, Known>,
-    /// Did the latest claim that found work see more than one tenant?
-    contended: bool,
 }
 
 /// A tenant's figures as this dispatcher sees them.
@@ -122,7 +120,6 @@ impl Tenants {
         if let Some(f) = floor {
             s.floor = Some(s.floor.map_or(f, |v| v.max(f)));
         }
-        let mut tenants = 0;
         for d in claimed {
             let seconds = cost(d);
             match s.charges.get_mut(d.tenant_id.as_str()) {
@@ -131,7 +128,6 @@ impl Tenants {
                     owed.deliveries += 1;
                 }
                 None => {
-                    tenants += 1;
                     s.charges.insert(
                         d.tenant_id.clone(),
                         TenantCharge {
@@ -152,9 +148,6 @@ impl Tenants {
             };
             k.seen = now;
             k.policy = d.tenant_share;
-        }
-        if !claimed.is_empty() {
-            s.contended = tenants > 1;
         }
     }
 
@@ -213,11 +206,6 @@ impl Tenants {
         });
         uses
     }
-
-    /// Did the latest claim that found work serve more than one tenant?
-    pub(crate) fn contended(&self) -> bool {
-        self.state().contended
-    }
 }
 
 /// The weight and ceiling in force for `policy` under the process defaults.
@@ -272,7 +260,6 @@ mod tests {
         t.claimed(Some(3.0), &batch, |d| {
             if d.tenant_id == "a" { 0.2 } else { 1.0 }
         });
-        assert!(t.contended());
         let (floor, mut charges) = t.for_claim();
         assert_eq!(floor, Some(3.0));
         charges.sort_by(|x, y| x.tenant_id.cmp(&y.tenant_id));
