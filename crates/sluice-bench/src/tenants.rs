@@ -106,14 +106,9 @@ impl Outcome {
 
     /// Deliveries per second of `group` over the load, after warm-up.
     fn rate(&self, group: usize) -> f64 {
-        self.rate_from(group, self.warmup_s)
-    }
-
-    /// Deliveries per second of `group` from second `from` to the end of the load.
-    fn rate_from(&self, group: usize, from: usize) -> f64 {
         let to = self.duration_s.floor() as usize;
-        let n = self.timeline.delivered_between(group, from, to);
-        n as f64 / (to.saturating_sub(from)).max(1) as f64
+        let n = self.timeline.delivered_between(group, self.warmup_s, to);
+        n as f64 / (to.saturating_sub(self.warmup_s)).max(1) as f64
     }
 }
 
@@ -286,13 +281,7 @@ fn figures(
         kept,
         "",
     );
-    // The second half of the load: the first seconds still deliver what the weight-1 tenant
-    // was given while the others' backlogs were being written (it was alone, then one of two).
-    let half = (weights.duration_s / 2.0).floor() as usize;
-    let counts: Vec<f64> = WEIGHTED
-        .iter()
-        .map(|&(g, _)| weights.rate_from(g, half.max(weights.warmup_s)))
-        .collect();
+    let counts: Vec<f64> = WEIGHTED.iter().map(|&(g, _)| weights.rate(g)).collect();
     let total: f64 = counts.iter().sum();
     let mut shares_ok = total > 0.0;
     for (&(_, w), n) in WEIGHTED.iter().zip(&counts) {
@@ -301,9 +290,7 @@ fn figures(
         shares_ok &= share.is_some_and(|s| (s - want).abs() <= want * 0.1);
         report.figure(
             &format!("weight_{w}_share"),
-            &format!(
-                "weight {w}: share of the deliveries, second half of the load (fair: {w}/7 = {want:.3})"
-            ),
+            &format!("weight {w}: share of the deliveries (fair: {w}/7 = {want:.3})"),
             share,
             "",
         );
@@ -511,6 +498,8 @@ async fn phase(
         receivers.push(r);
     }
     if cast.weighted {
+        // All three tenants first, then their backlogs written at once: none starts ahead.
+        let mut fills = Vec::new();
         for &(group, weight) in &WEIGHTED {
             let mode = Mode::Slow(sizes.weighted_service);
             let r = receiver::start(mode, timeline.clone(), group).await?;
@@ -519,10 +508,15 @@ async fn phase(
             let tenant = Tenant::create(sluice, &name, &r.url(), endpoints, Some(16)).await?;
             sluice.tenant_weight(&tenant.id, weight).await?;
             // Backlogs in proportion to the weights, so none runs dry while the others wait.
-            let messages = sizes.weighted_messages * u64::from(weight);
-            tenant.fill(&api, group, messages).await?;
+            fills.push((tenant, group, sizes.weighted_messages * u64::from(weight)));
             receivers.push(r);
         }
+        futures_util::future::try_join_all(
+            fills
+                .iter()
+                .map(|(tenant, group, messages)| tenant.fill(&api, *group, *messages)),
+        )
+        .await?;
     }
     if cast.quiet {
         let r = receiver::start(Mode::Fast, timeline.clone(), QUIET).await?;
