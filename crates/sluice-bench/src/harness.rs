@@ -92,11 +92,6 @@ impl Sluice {
         })
     }
 
-    /// The operator token.
-    pub(crate) fn admin(&self) -> &str {
-        &self.admin_token
-    }
-
     /// The URL of `POST /v1/messages`.
     pub(crate) fn messages_url(&self) -> String {
         format!("{}/v1/messages", self.base)
