@@ -179,7 +179,7 @@ fn fill(op: &Operation, w: &World, c: &Case, i: usize) -> String {
     } else {
         &w.delivery
     };
-    let id = if !destroys && c.shapes[i % c.shapes.len()] % 4 != 0 {
+    let id = if !destroys && !c.shapes[i % c.shapes.len()].is_multiple_of(4) {
         real.clone()
     } else {
         encode(c.text(i))
