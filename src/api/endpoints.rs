@@ -65,37 +65,25 @@ pub struct UpdateEndpoint {
     /// Enable or disable.
     pub enabled: Option<bool>,
     /// Lane override (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub lane_size: Option<Option<u32>>,
     /// Latency ceiling (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub latency_ceiling_ms: Option<Option<u32>>,
     /// Connect timeout (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub connect_timeout_ms: Option<Option<u32>>,
     /// Read timeout (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub read_timeout_ms: Option<Option<u32>>,
     /// Total deadline (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub total_timeout_ms: Option<Option<u32>>,
-}
-
-mod double_option {
-    use serde::{Deserialize, Deserializer};
-
-    pub(super) fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-    where
-        D: Deserializer<'de>,
-        T: Deserialize<'de>,
-    {
-        Option::<T>::deserialize(d).map(Some)
-    }
 }
 
 /// A new endpoint row for `tenant`, enabled, with a fresh key of `scheme`.
