@@ -19,7 +19,6 @@ const ROUTES: &[(&str, &str)] = &[
     ("delete", "/v1/tenants/{id}"),
     ("get", "/v1/tenants/{id}/status"),
     ("post", "/v1/tenants/{id}/rotate-token"),
-    ("get", "/v1/tenants/{id}/status"),
     ("post", "/v1/endpoints"),
     ("get", "/v1/endpoints"),
     ("get", "/v1/endpoints/{id}"),
