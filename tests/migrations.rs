@@ -121,3 +121,179 @@ async fn postgres_v1_database_upgrades_with_its_endpoints_subscribed() {
         .unwrap();
     check_upgraded(std::sync::Arc::new(store)).await;
 }
+
+/// What the version before tenant shares held: two tenants, one endpoint each (then a backlog of
+/// 200 ready deliveries for one and 20 for the other, see [`backlog_rows`]).
+const BACKLOG: &[&str] = &[
+    "INSERT INTO tenants (id, name, token_hash, created_at_ms) VALUES \
+     ('ten_busy', 'busy', 'hash_busy', 0), ('ten_quiet', 'quiet', 'hash_quiet', 0)",
+    "INSERT INTO endpoints (id, tenant_id, url, secret, created_at_ms, updated_at_ms) VALUES \
+     ('ep_busy', 'ten_busy', 'https://example.com/b', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0, 0), \
+     ('ep_quiet', 'ten_quiet', 'https://example.com/q', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0, 0)",
+];
+
+fn backlog_rows() -> Vec<String> {
+    let mut out = Vec::new();
+    for (tenant, endpoint, n) in [("ten_busy", "ep_busy", 200), ("ten_quiet", "ep_quiet", 20)] {
+        for i in 0..n {
+            out.push(format!(
+                "INSERT INTO messages (id, tenant_id, event_type, payload, created_at_ms) \
+                 VALUES ('msg_{endpoint}_{i}', '{tenant}', 'a', '{{}}', 1)"
+            ));
+            out.push(format!(
+                "INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, attempts, \
+                 visible_at_ms, created_at_ms, updated_at_ms) \
+                 VALUES ('msg_{endpoint}_{i}', '{endpoint}', '{tenant}', 0, 0, 1, 1, 1)"
+            ));
+        }
+    }
+    out
+}
+
+/// After the upgrade the backlog is served fairly at once (the quiet tenant in the first
+/// claim, beside the busy one) and every delivery of it is claimed, none twice.
+async fn check_backlog_served_fairly(store: SharedStore) {
+    let now = now_ms();
+    let request = |limit| ClaimRequest {
+        now_ms: now,
+        limit,
+        per_endpoint: 100,
+        lease_ms: 60_000,
+        default_weight: 1,
+        ..Default::default()
+    };
+    let first = store.claim(&request(20)).await.unwrap().claimed;
+    let quiet = first.iter().filter(|c| c.tenant_id == "ten_quiet").count();
+    assert!(
+        (8..=12).contains(&quiet),
+        "{quiet} of 20 for the quiet tenant"
+    );
+    let mut seen: BTreeSet<i64> = first.iter().map(|c| c.delivery_id).collect();
+    loop {
+        let batch = store.claim(&request(50)).await.unwrap().claimed;
+        if batch.is_empty() {
+            break;
+        }
+        for c in batch {
+            assert!(seen.insert(c.delivery_id), "claimed twice");
+        }
+    }
+    assert_eq!(seen.len(), 220, "the whole backlog is claimed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_backlog_before_tenant_shares_is_served_fairly_after_the_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v5.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL)",
+        )
+        .unwrap();
+        for (version, sql) in [
+            (1, include_str!("../src/store/sql/sqlite_001_init.sql")),
+            (
+                2,
+                include_str!("../src/store/sql/sqlite_002_subscriptions.sql"),
+            ),
+            (
+                3,
+                include_str!("../src/store/sql/sqlite_003_due_endpoints.sql"),
+            ),
+            (
+                4,
+                include_str!("../src/store/sql/sqlite_004_endpoint_headers.sql"),
+            ),
+            (
+                5,
+                include_str!("../src/store/sql/sqlite_005_dispatchers.sql"),
+            ),
+        ] {
+            c.execute_batch(sql).unwrap();
+            c.execute("INSERT INTO schema_migrations VALUES (?1, 0)", [version])
+                .unwrap();
+        }
+        for sql in BACKLOG.iter().map(|s| s.to_string()).chain(backlog_rows()) {
+            c.execute_batch(&sql).unwrap();
+        }
+        // Version 5 marked endpoints due from the enqueue code, not a trigger.
+        c.execute_batch(
+            "INSERT INTO due_endpoints (endpoint_id, due_ms) VALUES ('ep_busy', 1), ('ep_quiet', 1)",
+        )
+        .unwrap();
+    }
+    let store = sluice::store::sqlite::SqliteStore::open(
+        &path,
+        sluice::store::sqlite::SqliteOptions {
+            synchronous_full: false,
+            readers: 1,
+        },
+    )
+    .unwrap();
+    check_backlog_served_fairly(std::sync::Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_backlog_before_tenant_shares_is_served_fairly_after_the_upgrade() {
+    let Some(url) = support::fresh_postgres().await else {
+        return;
+    };
+    {
+        let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        c.batch_execute(
+            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at_ms BIGINT NOT NULL)",
+        )
+        .await
+        .unwrap();
+        for (version, sql) in [
+            (1i64, include_str!("../src/store/sql/postgres_001_init.sql")),
+            (
+                2,
+                include_str!("../src/store/sql/postgres_002_subscriptions.sql"),
+            ),
+            (
+                3,
+                include_str!("../src/store/sql/postgres_003_due_endpoints.sql"),
+            ),
+            (
+                4,
+                include_str!("../src/store/sql/postgres_004_endpoint_headers.sql"),
+            ),
+            (
+                5,
+                include_str!("../src/store/sql/postgres_005_dispatchers.sql"),
+            ),
+            (
+                6,
+                include_str!("../src/store/sql/postgres_006_write_path.sql"),
+            ),
+            (
+                7,
+                include_str!("../src/store/sql/postgres_007_dispatcher_liveness.sql"),
+            ),
+        ] {
+            c.batch_execute(sql).await.unwrap();
+            c.execute("INSERT INTO schema_migrations VALUES ($1, 0)", &[&version])
+                .await
+                .unwrap();
+        }
+        // Version 7's insert trigger marks the endpoints due.
+        for sql in BACKLOG.iter().map(|s| s.to_string()).chain(backlog_rows()) {
+            c.batch_execute(&sql).await.unwrap();
+        }
+        let due: i64 = c
+            .query_one("SELECT count(*) FROM due_endpoints", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(due, 2, "both endpoints due before the upgrade");
+    }
+    let store = sluice::store::postgres::PostgresStore::connect(&url)
+        .await
+        .expect("the upgrade");
+    check_backlog_served_fairly(std::sync::Arc::new(store)).await;
+}
