@@ -47,6 +47,11 @@ pub fn human(ms: i64) -> String {
 /// fractions past milliseconds truncated) into epoch milliseconds.
 pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
     let bad = || format!("{text:?} is not an RFC 3339 date-time like 2026-11-30T14:05:09Z");
+    // RFC 3339 is ASCII: anything else is refused before a field is sliced at a fixed byte
+    // offset, which could otherwise fall inside a multi-byte character.
+    if !text.is_ascii() {
+        return Err(bad());
+    }
     let b = text.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return Err(bad());
@@ -197,6 +202,13 @@ mod tests {
             "1649367553",
             "+022-04-07T21:39:13Z",
             "2022-04-07T21:39:13Zjunk",
+            // A multi-byte character where a digit belongs (a slice there would split it).
+            "2026-01-01T00:00:\u{20ac}Z",
+            "2026-01-01T00:00:0\u{20ac}Z",
+            "2026-01-01T00:\u{e9}0:00Z",
+            "2026-01-\u{e9}1T00:00:00Z",
+            "2026-01-01T00:00:00.\u{20ac}Z",
+            "2026-01-01T00:00:00+0\u{e9}:00",
         ] {
             assert!(parse_rfc3339(text).is_err(), "{text:?} accepted");
         }
@@ -206,6 +218,21 @@ mod tests {
         #[test]
         fn what_is_written_reads_back(ms in MIN_MS..=MAX_MS) {
             prop_assert_eq!(parse_rfc3339(&rfc3339(ms)), Ok(ms));
+        }
+
+        #[test]
+        fn any_text_is_an_answer_never_a_panic(text in "\\PC{0,40}") {
+            let _ = parse_rfc3339(&text);
+        }
+
+        #[test]
+        fn any_character_anywhere_in_an_instant_is_an_answer(
+            at in 0usize..25,
+            c in any::<char>(),
+        ) {
+            let mut text: Vec<char> = "2026-11-30T14:05:09.123+02:00".chars().collect();
+            text[at] = c;
+            let _ = parse_rfc3339(&text.into_iter().collect::<String>());
         }
 
         #[test]

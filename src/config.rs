@@ -456,10 +456,14 @@ pub struct RawSettings {
     #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT")]
     #[serde(alias = "http_idle_timeout")]
     pub http_idle_timeout: Option<String>,
-    /// Most connections the API serves at once; more are answered 503 and closed, 1–1000000 [default: 1024]
+    /// Most connections the API serves at once; at the limit the idle longest is closed for a new one, and only busy ones mean a 503, 1–1000000 [default: 1024]
     #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
     #[serde(alias = "http_max_connections")]
     pub http_max_connections: Option<u32>,
+    /// Most connections one client address may hold; at the limit its idle ones make room, 1–1000000 [default: half of --http-max-connections]
+    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS_PER_PEER")]
+    #[serde(alias = "http_max_connections_per_peer")]
+    pub http_max_connections_per_peer: Option<u32>,
     /// Directory of the embedded database [default: ./sluice-data]
     #[arg(long, env = "SLUICE_DATA_DIR")]
     #[serde(alias = "data_dir")]
@@ -628,6 +632,7 @@ impl RawSettings {
             http_body_timeout,
             http_idle_timeout,
             http_max_connections,
+            http_max_connections_per_peer,
             data_dir,
             database_url,
             redis_url,
@@ -762,6 +767,9 @@ impl RawSettings {
         d.tenant_weight = self.tenant_weight.unwrap_or(d.tenant_weight);
         d.tenant_max_share = self.tenant_max_share.unwrap_or(d.tenant_max_share);
         http.max_connections = self.http_max_connections.unwrap_or(http.max_connections);
+        http.max_connections_per_peer = self
+            .http_max_connections_per_peer
+            .unwrap_or((http.max_connections / 2).max(1));
         let mut metrics = MetricsSettings::default();
         let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);
         metrics.top_endpoints = self

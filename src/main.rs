@@ -75,6 +75,23 @@ fn init_logging(json: bool) {
     } else {
         builder.init();
     }
+    // A panic is one log line in the chosen format (its backtrace as a field only when
+    // RUST_BACKTRACE asks for one), not raw text beside the JSON; the API answers it 500.
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic without a message");
+        let location = info.location().map(ToString::to_string).unwrap_or_default();
+        let backtrace = std::backtrace::Backtrace::capture();
+        if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+            tracing::error!(target: "sluice::panic", %location, %backtrace, "panic: {message}");
+        } else {
+            tracing::error!(target: "sluice::panic", %location, "panic: {message}");
+        }
+    }));
 }
 
 fn store_name(database_url: Option<&str>, data_dir: &std::path::Path) -> String {

@@ -8,6 +8,8 @@ mod deliveries;
 mod errors;
 #[path = "api/evidence.rs"]
 mod evidence;
+#[path = "api/hostile.rs"]
+mod hostile;
 #[path = "api/metrics.rs"]
 mod metrics;
 #[path = "api/operator.rs"]

@@ -8,6 +8,8 @@
 mod client;
 #[path = "console/dashboard.rs"]
 mod dashboard;
+#[path = "console/hostile.rs"]
+mod hostile;
 #[path = "console/portal.rs"]
 mod portal;
 #[path = "console/security.rs"]

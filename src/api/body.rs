@@ -63,8 +63,17 @@ pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
+        // serde_json reports a value of the wrong kind where an enum belongs (a number for
+        // `signature_scheme`) as a syntax error; well-formed JSON is a 422 on the field.
+        let well_formed = || serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
+        if (inner.is_syntax() || inner.is_eof()) && !well_formed() {
             Problem::bad_request("body", format!("malformed JSON: {inner}"))
+        } else if inner.is_syntax() {
+            let field = field_at_fault(&path, "");
+            Problem::unprocessable(
+                &field,
+                format!("{field} has a value of the wrong type: see the API's schema for it"),
+            )
         } else {
             let message = inner.to_string();
             Problem::unprocessable(&field_at_fault(&path, &message), message)
@@ -110,6 +119,14 @@ mod tests {
         event_type: String,
         inner: Option<Inner>,
         count: Option<u32>,
+        scheme: Option<Kind>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    enum Kind {
+        #[serde(rename = "v1")]
+        V1,
     }
 
     fn field(json: &str) -> (u16, String) {
@@ -132,6 +149,18 @@ mod tests {
         assert_eq!((status, name.as_str()), (422, "colour"));
         assert_eq!(field(r#"{"event_type":"a""#), (400, "body".into()));
         assert_eq!(field(r#"[]"#), (422, "body".into()));
+        assert_eq!(
+            field(r#"{"event_type":"a","scheme":1}"#),
+            (422, "scheme".into())
+        );
+        assert_eq!(
+            field(r#"{"event_type":"a","scheme":["v1"]}"#),
+            (422, "scheme".into())
+        );
+        assert_eq!(
+            field(r#"{"event_type":"a","scheme":"v1""#),
+            (400, "body".into())
+        );
     }
 }
 

@@ -135,7 +135,12 @@ pub(crate) fn check_headers(
                 "{given} is refused: hop-by-hop and body-framing headers are set by sluice"
             ));
         }
-        if value.len() > MAX_HEADER_VALUE || HeaderValue::from_str(value).is_err() {
+        // Visible ASCII, spaces and tabs only: `HeaderValue` would also take bytes past 0x7f
+        // (obsolete text), which receivers read in as many ways as there are parsers.
+        let visible = value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+        if value.len() > MAX_HEADER_VALUE || !visible || HeaderValue::from_str(value).is_err() {
             return refuse(format!(
                 "the value of {given} must be at most {MAX_HEADER_VALUE} bytes of visible ASCII, \
                  spaces and tabs"

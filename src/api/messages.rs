@@ -117,6 +117,32 @@ pub(super) fn check_event_type(t: &str) -> Result<(), Problem> {
     }
 }
 
+/// Check the log's event-type filter (an event type or a prefix pattern like `order.*`): a
+/// 400 naming `event_type`. The portal's log uses it too, so both refuse the same filters.
+pub(crate) fn check_event_filter(filter: &str) -> Result<(), Problem> {
+    super::endpoint_checks::check_event_types(std::slice::from_ref(&filter.to_owned()))
+        .map_err(|p| Problem::bad_request("event_type", p.detail))
+}
+
+/// Read the log's `since` and `until` (RFC 3339; `until` later than `since`), each problem
+/// naming its field; shared with the portal's log.
+pub(crate) fn check_range(
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<(Option<i64>, Option<i64>), Problem> {
+    let since_ms = since.map(|t| parse_instant("since", t)).transpose()?;
+    let until_ms = until.map(|t| parse_instant("until", t)).transpose()?;
+    if let (Some(since), Some(until)) = (since_ms, until_ms)
+        && since >= until
+    {
+        return Err(Problem::bad_request(
+            "until",
+            "until must be later than since",
+        ));
+    }
+    Ok((since_ms, until_ms))
+}
+
 /// Accept a message and fan it out to the tenant's subscribed endpoints; answered after commit.
 /// A repeated `Idempotency-Key` returns the original message (200, `duplicate: true`) when the
 /// request is the same (event type and payload byte for byte); a key reused for a different
@@ -265,29 +291,11 @@ pub(super) async fn list(
     let event_type = match q.event_type.as_deref() {
         None => None,
         Some(t) => {
-            super::endpoint_checks::check_event_types(std::slice::from_ref(&t.to_owned()))
-                .map_err(|p| Problem::bad_request("event_type", p.detail))?;
+            check_event_filter(t)?;
             Some(t.to_owned())
         }
     };
-    let since_ms = q
-        .since
-        .as_deref()
-        .map(|t| parse_instant("since", t))
-        .transpose()?;
-    let until_ms = q
-        .until
-        .as_deref()
-        .map(|t| parse_instant("until", t))
-        .transpose()?;
-    if let (Some(since), Some(until)) = (since_ms, until_ms)
-        && since >= until
-    {
-        return Err(Problem::bad_request(
-            "until",
-            "until must be later than since",
-        ));
-    }
+    let (since_ms, until_ms) = check_range(q.since.as_deref(), q.until.as_deref())?;
     if let Some(ep) = &q.endpoint_id {
         check_id("endpoint", ep).map_err(|p| p.field("endpoint_id"))?;
         state

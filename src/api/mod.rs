@@ -11,11 +11,12 @@ pub(crate) mod endpoint_checks;
 pub(crate) mod endpoints;
 pub mod error;
 pub mod ingest;
-mod messages;
+pub(crate) mod messages;
 pub mod openapi;
 mod ops;
 pub mod ops_webhooks;
 mod page;
+pub mod panics;
 pub mod problems;
 pub(crate) mod redelivery;
 pub(crate) mod scale;
@@ -118,7 +119,9 @@ pub fn router(state: AppState, metrics: MetricsOn) -> Router {
     let document = openapi::Document::new(&doc);
     // The console answers its errors as HTML pages: merged after `finish`, outside problem+json.
     let console = crate::console::router(&state);
-    access_log(finish(router.layer(Extension(document)), state).merge(console))
+    let metrics = Arc::clone(&state.metrics);
+    let router = finish(router.layer(Extension(document)), state).merge(console);
+    access_log(panics::caught(router, metrics))
 }
 
 /// One `sluice::access` line per request answered: method, path (never the query string: a
@@ -160,7 +163,8 @@ pub fn operator_router(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::operator_metrics));
-    access_log(finish(router, state))
+    let metrics = Arc::clone(&state.metrics);
+    access_log(panics::caught(finish(router, state), metrics))
 }
 
 /// What every router shares: problem+json for every error, the body limit.

@@ -120,9 +120,7 @@ pub(crate) fn judge(
         let mut index = None;
         for t in views {
             let mine = t.tenant_id == tenant;
-            if mine && (backlog.due_endpoints > 0 || t.in_flight > 0 || t.occupancy > 0.005)
-                || !mine && (t.in_flight > 0 || t.occupancy > 0.005)
-            {
+            if t.in_flight > 0 || t.occupancy > 0.005 || (mine && backlog.due_endpoints > 0) {
                 if mine {
                     index = Some(competing.len());
                 }

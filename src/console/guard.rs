@@ -5,7 +5,7 @@
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use serde::de::DeserializeOwned;
@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use super::Console;
 use super::page::ConsoleError;
 use super::session;
+use crate::server::deadline::BodyTimedOut;
 
 /// Largest form body accepted, bytes.
 const MAX_FORM_BYTES: usize = 64 * 1024;
@@ -76,9 +77,11 @@ pub async fn security_headers(
 }
 
 /// Refuse a form that a browser says comes from another site (Fetch Metadata), or whose
-/// `Origin` is not this host. Clients that send neither are not browsers, and still need the
-/// CSRF token.
-fn same_origin(headers: &HeaderMap) -> Result<(), ConsoleError> {
+/// `Origin` is not this console's: the configured public URL's origin, or this request's Host
+/// under the scheme it arrived with (`X-Forwarded-Proto` from a proxy, else `http`). Scheme and
+/// authority both count: a page of `http://host` is not `https://host`. Clients that send
+/// neither header are not browsers, and still need the CSRF token.
+fn same_origin(headers: &HeaderMap, public_url: Option<&str>) -> Result<(), ConsoleError> {
     let refused =
         || ConsoleError::forbidden("forms are accepted only from the console's own pages");
     if let Some(site) = headers.get("sec-fetch-site") {
@@ -88,18 +91,53 @@ fn same_origin(headers: &HeaderMap) -> Result<(), ConsoleError> {
             Err(refused())
         };
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-        let authority = origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.split_once("://"))
-            .map(|(_, rest)| rest);
-        if authority.is_none() || authority != host {
-            return Err(refused());
-        }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().map_err(|_| refused())?;
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .map_or("http", |p| p.split(',').next().unwrap_or("").trim());
+    let this_request = host.map(|h| format!("{scheme}://{h}"));
+    let configured = public_url
+        .and_then(|u| url::Url::parse(u).ok())
+        .map(|u| u.origin().ascii_serialization());
+    let matches = |expected: &Option<String>| {
+        expected
+            .as_deref()
+            .is_some_and(|e| e.eq_ignore_ascii_case(origin))
+    };
+    if matches(&this_request) || matches(&configured) {
+        Ok(())
+    } else {
+        Err(refused())
     }
-    Ok(())
+}
+
+/// The form's bytes: 413 past [`MAX_FORM_BYTES`], 408 when they stop arriving in time.
+async fn read_form(body: Body) -> Result<Vec<u8>, ConsoleError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| match BodyTimedOut::find_in(&e) {
+            Some(late) => {
+                ConsoleError::new(StatusCode::REQUEST_TIMEOUT, "Too slow", late.to_string())
+            }
+            None => ConsoleError::bad_request(format!("the form did not arrive whole: {e}")),
+        })?;
+        if bytes.len() + chunk.len() > MAX_FORM_BYTES {
+            return Err(ConsoleError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "Too large",
+                format!("a form may carry at most {} KiB", MAX_FORM_BYTES / 1024),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// A URL-encoded form whose CSRF token (field `csrf`) holds; the other fields become `T`.
@@ -110,7 +148,7 @@ impl<T: DeserializeOwned> FromRequest<Console> for CsrfForm<T> {
 
     async fn from_request(request: Request<Body>, console: &Console) -> Result<Self, ConsoleError> {
         let (parts, body) = request.into_parts();
-        same_origin(&parts.headers)?;
+        same_origin(&parts.headers, console.settings().public_url.as_deref())?;
         let is_form = parts
             .headers
             .get(header::CONTENT_TYPE)
@@ -119,9 +157,7 @@ impl<T: DeserializeOwned> FromRequest<Console> for CsrfForm<T> {
         if !is_form {
             return Err(ConsoleError::bad_request("expected a form submission"));
         }
-        let bytes = axum::body::to_bytes(body, MAX_FORM_BYTES)
-            .await
-            .map_err(|_| ConsoleError::bad_request("the form is too large"))?;
+        let bytes = read_form(body).await?;
         let submitted = form_urlencoded::parse(&bytes)
             .find(|(k, _)| k == "csrf")
             .map(|(_, v)| v.into_owned())
@@ -151,15 +187,39 @@ mod tests {
 
     #[test]
     fn cross_site_forms_are_refused() {
-        assert!(same_origin(&headers(&[("sec-fetch-site", "same-origin")])).is_ok());
-        assert!(same_origin(&headers(&[("sec-fetch-site", "cross-site")])).is_err());
-        assert!(same_origin(&headers(&[("sec-fetch-site", "same-site")])).is_err());
+        assert!(same_origin(&headers(&[("sec-fetch-site", "same-origin")]), None).is_ok());
+        assert!(same_origin(&headers(&[("sec-fetch-site", "cross-site")]), None).is_err());
+        assert!(same_origin(&headers(&[("sec-fetch-site", "same-site")]), None).is_err());
         let ok = [("origin", "http://h:1"), ("host", "h:1")];
-        assert!(same_origin(&headers(&ok)).is_ok());
+        assert!(same_origin(&headers(&ok), None).is_ok());
         let bad = [("origin", "http://evil:1"), ("host", "h:1")];
-        assert!(same_origin(&headers(&bad)).is_err());
-        assert!(same_origin(&headers(&[("origin", "null"), ("host", "h")])).is_err());
-        assert!(same_origin(&headers(&[])).is_ok());
+        assert!(same_origin(&headers(&bad), None).is_err());
+        assert!(same_origin(&headers(&[("origin", "null"), ("host", "h")]), None).is_err());
+        assert!(same_origin(&headers(&[]), None).is_ok());
+        // The scheme counts: over plain HTTP an https page is another origin, and the reverse
+        // behind a proxy that says the request came over https.
+        let https = [("origin", "https://h:1"), ("host", "h:1")];
+        assert!(same_origin(&headers(&https), None).is_err());
+        let proxied = [
+            ("origin", "https://h"),
+            ("host", "h"),
+            ("x-forwarded-proto", "https"),
+        ];
+        assert!(same_origin(&headers(&proxied), None).is_ok());
+        let downgraded = [
+            ("origin", "http://h"),
+            ("host", "h"),
+            ("x-forwarded-proto", "https"),
+        ];
+        assert!(same_origin(&headers(&downgraded), None).is_err());
+        // The configured public URL is the console's origin whatever the Host says.
+        let public = [
+            ("origin", "https://hooks.example.com"),
+            ("host", "internal:8080"),
+        ];
+        let configured = Some("https://hooks.example.com");
+        assert!(same_origin(&headers(&public), configured).is_ok());
+        assert!(same_origin(&headers(&https), configured).is_err());
     }
 
     #[test]

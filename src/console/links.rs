@@ -6,7 +6,8 @@
 //!
 //! A link is a row `console_link:{expiry}:{SHA-256 of the token}` in the store's settings: it
 //! works once because exactly one `delete_setting` of it succeeds, whichever process serves
-//! the exchange, and expired ones are purged by range as new links are made.
+//! the exchange, and expired ones are purged by range as new links are made. The row keeps
+//! the tenant and a fingerprint of its API token at minting: rotating the token voids the link.
 
 use axum::Json;
 use axum::Router;
@@ -49,7 +50,7 @@ pub struct CreatePortalLink {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PortalLink {
     /// The URL to give the customer: it works once, until `expires_at`. Absolute from the
-    /// configured public URL, else from the Host of this request.
+    /// configured public URL (on loopback, from this request's loopback Host); else the path.
     pub url: String,
     /// The same link as a path on this host.
     pub path: String,
@@ -140,7 +141,9 @@ pub async fn issue(
     let exp = now + i64::from(ttl_s) * 1000;
     let token = format!("pl_{exp}_{}", session::random_hex(24));
     session::purge_expired(state.store.as_ref(), LINK_PREFIX, now).await;
-    let row = serde_json::json!({ "tenant": tenant.id, "at": now }).to_string();
+    // The fingerprint of the tenant's token now: a rotation before the exchange voids the link.
+    let fp = session::fingerprint(&tenant.token_hash);
+    let row = serde_json::json!({ "tenant": tenant.id, "fp": fp, "at": now }).to_string();
     state.store.set_setting(&link_key(&token)?, &row).await?;
     let path = format!("/console/enter?token={token}");
     Ok(PortalLink {
@@ -151,21 +154,51 @@ pub async fn issue(
     })
 }
 
-/// Where links point: the configured public URL, else this request's Host (when it is a
-/// plain host name), over https when a proxy says so.
+/// Where links point: the configured public URL; without it, this request's Host only when it
+/// names this machine's loopback (`localhost`, `127.…`, `[::1]`, over plain HTTP), so a Host or
+/// `X-Forwarded-Proto` a client chose can never send the one-time token to another host.
+/// Anywhere else the link is its path alone, and a warning says to set the public URL.
 pub fn base_url(state: &AppState, headers: &HeaderMap) -> Option<String> {
     if let Some(u) = &state.console.public_url {
         return Some(u.clone());
     }
-    let host = headers.get(header::HOST)?.to_str().ok()?;
-    let plain = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
-    let https = headers
-        .get("x-forwarded-proto")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
-    plain.then(|| format!("{}://{host}", if https { "https" } else { "http" }))
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    if let Some(host) = host.filter(|h| is_loopback_authority(h)) {
+        return Some(format!("http://{host}"));
+    }
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "portal links are paths without a host: set --console-public-url (e.g. \
+             https://hooks.example.com) to give them absolute URLs"
+        );
+    });
+    None
+}
+
+/// Is `authority` (a Host header) this machine's loopback, with an optional port?
+fn is_loopback_authority(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, port)) if port.is_empty() || port.strip_prefix(':').is_some_and(is_port) => {
+                ip
+            }
+            _ => return false,
+        },
+        None => match authority.split_once(':') {
+            Some((host, port)) if is_port(port) => host,
+            Some(_) => return false,
+            None => authority,
+        },
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn is_port(digits: &str) -> bool {
+    !digits.is_empty() && digits.len() <= 5 && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The row key of a link token, checking its shape (`pl_{expiry}_{48 hex}`).
@@ -203,11 +236,16 @@ async fn tenant_of_link(console: &Console, token: &str) -> Result<Tenant, Consol
         return Err(gone());
     }
     let row = console.app.store.setting(&key).await?.ok_or_else(gone)?;
-    let id = serde_json::from_str::<serde_json::Value>(&row)
-        .ok()
-        .and_then(|v| v["tenant"].as_str().map(str::to_owned))
-        .ok_or_else(gone)?;
-    console.app.store.tenant(&id).await.map_err(|_| gone())
+    let row = serde_json::from_str::<serde_json::Value>(&row).map_err(|_| gone())?;
+    let (Some(id), Some(fp)) = (row["tenant"].as_str(), row["fp"].as_str()) else {
+        return Err(gone());
+    };
+    let tenant = console.app.store.tenant(id).await.map_err(|_| gone())?;
+    // Minted under a token that has since been rotated (or before links carried one).
+    if session::fingerprint(&tenant.token_hash) != fp {
+        return Err(gone());
+    }
+    Ok(tenant)
 }
 
 /// The console routes of this module.
@@ -317,6 +355,32 @@ async fn logout(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_hosts_make_absolute_links() {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:9",
+            "127.8.0.1",
+            "[::1]:80",
+        ] {
+            assert!(is_loopback_authority(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example",
+            "127.0.0.1:80@evil",
+            "[::1]evil",
+            "10.0.0.1:80",
+            "localhost:",
+            "localhost:8o",
+            "",
+        ] {
+            assert!(!is_loopback_authority(host), "{host}");
+        }
+    }
 
     #[test]
     fn link_tokens_have_one_shape() {

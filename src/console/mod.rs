@@ -76,6 +76,7 @@ pub fn router(app: &AppState) -> Router {
         // A nest matches `/console` and `/console/…` but not `/console/` itself.
         .route("/console/", get(home))
         .nest("/console", inside)
+        .layer(axum::middleware::map_response(page::as_page))
         .layer(axum::middleware::from_fn_with_state(
             console.clone(),
             guard::security_headers,

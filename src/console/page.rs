@@ -186,6 +186,39 @@ impl IntoResponse for ConsoleError {
     }
 }
 
+/// Longest text of a router's own error kept as a page's detail, bytes.
+const MAX_DETAIL_BYTES: usize = 1024;
+
+/// Every console error is a page: what axum's extractors answer by themselves (bad bytes in a
+/// path, a repeated query field) as plain text is rendered like the console's own errors,
+/// with the same status and headers (`Allow` survives).
+pub async fn as_page(response: Response) -> Response {
+    let status = response.status();
+    let html = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/html"));
+    if html || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_DETAIL_BYTES)
+        .await
+        .ok()
+        .and_then(|b| String::from_utf8(b.to_vec()).ok())
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
+    let title = status.canonical_reason().unwrap_or("Error");
+    let detail = text.unwrap_or_else(|| title.to_owned());
+    let page = ConsoleError::new(status, title, detail).into_response();
+    let (page_parts, page_body) = page.into_parts();
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    for (name, value) in &page_parts.headers {
+        parts.headers.insert(name.clone(), value.clone());
+    }
+    Response::from_parts(parts, page_body)
+}
+
 /// Unknown console routes.
 pub async fn not_found() -> ConsoleError {
     ConsoleError::not_found("page")

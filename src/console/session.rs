@@ -7,6 +7,7 @@
 //!   signing out deletes it, rotating a tenant's API token or changing the admin token ends its
 //!   sessions (the row holds a fingerprint of the token hash in force at sign-in), deleting the
 //!   tenant ends them, and the expiry in the key lets one range delete purge expired rows.
+//!   Portal links carry the same fingerprint, so a link minted before a rotation opens nothing.
 //! - The signing key comes from configuration, or is generated once and kept in the store's
 //!   settings so every process on that store signs alike.
 //! - CSRF tokens are HMACs of the session id (or, before sign-in, of a random pre-session
@@ -162,7 +163,9 @@ struct Row {
     at: i64,
 }
 
-fn fingerprint(token_hash: &str) -> String {
+/// What a session or a portal link keeps of the token in force when it was made: the first
+/// 16 hex digits of its hash. A rotation changes it, and with it ends both.
+pub fn fingerprint(token_hash: &str) -> String {
     token_hash.chars().take(16).collect()
 }
 
@@ -329,20 +332,24 @@ pub async fn csrf_for(
     Ok((key.sign("csrf-pre", &nonce), Some(set)))
 }
 
-/// Does `submitted` match a CSRF token bound to a cookie the request carries?
+/// Does `submitted` match the CSRF token of this request's cookies? With a signed session
+/// cookie only that session's token counts (a token of a pre-login cookie, which another
+/// site may have planted, never acts for a session); without one, the pre-login cookie's.
+/// The same order as [`csrf_for`], so a page's forms always carry the token checked here.
 pub async fn csrf_ok(
     console: &Console,
     headers: &HeaderMap,
     submitted: &str,
 ) -> Result<bool, ConsoleError> {
     let key = console.keys.get(console.app.store.as_ref()).await?;
-    let session = cookie(headers, cookie_name(console, false))
-        .and_then(|v| signed_session(&key, v))
-        .is_some_and(|(_, sid)| key.verify("csrf", &sid, submitted));
-    let pre = cookie(headers, cookie_name(console, true))
+    if let Some((_, sid)) =
+        cookie(headers, cookie_name(console, false)).and_then(|v| signed_session(&key, v))
+    {
+        return Ok(key.verify("csrf", &sid, submitted));
+    }
+    Ok(cookie(headers, cookie_name(console, true))
         .and_then(pre_nonce)
-        .is_some_and(|nonce| key.verify("csrf-pre", nonce, submitted));
-    Ok(session || pre)
+        .is_some_and(|nonce| key.verify("csrf-pre", nonce, submitted)))
 }
 
 #[cfg(test)]

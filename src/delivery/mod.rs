@@ -228,14 +228,17 @@ impl Clients {
         let clock = Instant::now();
         let mut request = client.post(target.url.clone());
         // The endpoint's headers first: sluice's own come after and cannot be overridden (the
-        // API refuses the names anyway).
+        // API refuses the names anyway), except `User-Agent`, which the endpoint's replaces so
+        // that one goes out, not two.
         for (name, value) in &target.headers {
             request = request.header(name, value);
+        }
+        if !target.headers.iter().any(|(name, _)| name == USER_AGENT) {
+            request = request.header(USER_AGENT, HeaderValue::from_static("sluice/0.1"));
         }
         let request = request
             .timeout(target.timeouts.total)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .header(USER_AGENT, HeaderValue::from_static("sluice/0.1"))
             .header(signing::WEBHOOK_ID, message_id)
             .header(signing::WEBHOOK_TIMESTAMP, timestamp_s.to_string())
             .header(signing::WEBHOOK_SIGNATURE, signature)

@@ -13,6 +13,14 @@ use url::{Host, Url};
 
 pub mod embedded;
 
+// The deny lists are the IANA IPv4 and IPv6 Special-Purpose Address Registries (RFC 6890 and
+// its updates): every block whose "Globally Reachable" is False or N/A is refused, whole (the
+// few globally reachable anycast services registered inside 192.0.0.0/24 and 2001::/23 go with
+// their block: no webhook receiver lives there), plus multicast, the reserved 240.0.0.0/4 with
+// the limited broadcast, 192.88.99.0/24 (the deprecated 6to4 relay anycast, RFC 7526) and
+// 3fff::/20 (documentation, RFC 9637). Blocks that embed an IPv4 address (mapped, NAT64, 6to4,
+// Teredo) are judged by that address (see `embedded`).
+
 /// IPv4 ranges refused by default: (network, prefix length, what it is).
 const DENY_V4: &[([u8; 4], u8, &str)] = &[
     ([0, 0, 0, 0], 8, "this network"),
@@ -23,6 +31,7 @@ const DENY_V4: &[([u8; 4], u8, &str)] = &[
     ([172, 16, 0, 0], 12, "private"),
     ([192, 0, 0, 0], 24, "IETF protocol assignments"),
     ([192, 0, 2, 0], 24, "documentation"),
+    ([192, 88, 99, 0], 24, "6to4 relay anycast (deprecated)"),
     ([192, 168, 0, 0], 16, "private"),
     ([198, 18, 0, 0], 15, "benchmarking"),
     ([198, 51, 100, 0], 24, "documentation"),
@@ -37,6 +46,13 @@ const DENY_V6: &[(u128, u8, &str)] = &[
     (1, 128, "loopback"),
     // The rest of ::/96 is the deprecated IPv4-compatible form: nothing legitimate lives there.
     (0, 96, "IPv4-compatible (deprecated)"),
+    (0x0100 << 112, 64, "discard-only"),
+    ((0x0100 << 112) | (1 << 64), 64, "dummy prefix"),
+    // ORCHID (2001:10::/28), ORCHIDv2 (2001:20::/28), benchmarking (2001:2::/48) and the rest;
+    // Teredo (2001::/32) is judged by the IPv4 addresses it carries before this is reached.
+    (0x2001 << 112, 23, "IETF protocol assignments"),
+    (0x3fff << 112, 20, "documentation"),
+    (0x5f00 << 112, 16, "SRv6 SIDs"),
     (0xfc00 << 112, 7, "unique local"),
     (0xfe80 << 112, 10, "link-local"),
     (0xff00 << 112, 8, "multicast"),
@@ -285,6 +301,12 @@ mod tests {
         64:ff9b:1:808:ff08:808:808:808=NAT64 local-use;
         2001:0:808:808::80ff:fffe=loopback; 2001:0:a00:1::f7f7:f7f7=private;
         2001:0:808:808:8000:63bf:3fff:fdd2=documentation;
+        192.88.99.1=6to4 relay anycast (deprecated); 100::1=discard-only;
+        100::ffff:ffff:ffff:ffff=discard-only; 100:0:0:1::5=dummy prefix;
+        2001:2::1=IETF protocol assignments; 2001:10::1=IETF protocol assignments;
+        2001:20::1=IETF protocol assignments; 2001:1ff::1=IETF protocol assignments;
+        3fff::1=documentation; 3fff:fff:ffff::1=documentation; 5f00::1=SRv6 SIDs;
+        5f00:ffff::1=SRv6 SIDs;
     ";
 
     /// Neighbours just outside the deny ranges, and public addresses.
@@ -295,6 +317,7 @@ mod tests {
         223.255.255.255 8.8.8.8 2606:4700::1111 2001:4860:4860::8888 fbff::1 fec0::1 2001:db9::1
         ::ffff:8.8.8.8 64:ff9b::808:808 2002:808:808::1 2002:101:101:7f00::1 ::ffff:0:808:808
         64:ff9b:1:808:8:808:808:808 2001:0:808:808::f7f7:f7f7 2001:0:4136:e378::f7f7:f7f7
+        192.88.98.1 192.88.100.1 100:0:0:2::1 ff::1 2001:200::1 3fff:1000::1 5eff::1 5f01::1
     ";
 
     /// True when `result` is a deny-list refusal.

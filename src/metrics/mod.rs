@@ -227,6 +227,10 @@ pub struct Metrics {
     pub http_connections: Family<ListenerLabel, Gauge>,
     /// HTTP connections refused (over the connection limit) per listener.
     pub http_connections_refused: Family<ListenerLabel, Counter>,
+    /// Idle HTTP connections closed to make room for a new one, per listener.
+    pub http_connections_evicted: Family<ListenerLabel, Counter>,
+    /// Requests whose handler panicked (answered 500).
+    pub http_panics: Counter,
 }
 
 impl Default for Metrics {
@@ -278,9 +282,12 @@ impl Metrics {
         }
         let http_connections = Family::<ListenerLabel, Gauge>::default();
         let http_connections_refused = Family::<ListenerLabel, Counter>::default();
+        let http_connections_evicted = Family::<ListenerLabel, Counter>::default();
         for listener in ["api", "operator"] {
-            let _ = http_connections.get_or_create(&ListenerLabel { listener });
-            let _ = http_connections_refused.get_or_create(&ListenerLabel { listener });
+            let label = ListenerLabel { listener };
+            let _ = http_connections.get_or_create(&label);
+            let _ = http_connections_refused.get_or_create(&label);
+            let _ = http_connections_evicted.get_or_create(&label);
         }
         let m = Self {
             settings,
@@ -310,6 +317,8 @@ impl Metrics {
             heartbeat_age_seconds: FloatGauge::default(),
             http_connections,
             http_connections_refused,
+            http_connections_evicted,
+            http_panics: Counter::default(),
             registry,
         };
         m.register_all()
@@ -451,6 +460,16 @@ impl Metrics {
             "sluice_http_connections_refused",
             "HTTP connections answered 503 and closed over the connection limit",
             self.http_connections_refused.clone(),
+        );
+        r.register(
+            "sluice_http_connections_evicted",
+            "Idle HTTP connections closed to make room for a new one, per listener",
+            self.http_connections_evicted.clone(),
+        );
+        r.register(
+            "sluice_http_panics",
+            "Requests whose handler panicked, answered 500 and logged",
+            self.http_panics.clone(),
         );
         self
     }

@@ -11,7 +11,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use hyper_util::server::graceful::GracefulConnection;
@@ -35,6 +35,8 @@ pub struct Activity {
     last_progress_ms: AtomicU64,
     /// Milliseconds since `opened` when the current request's head began (or [`NONE`]).
     head_started_ms: AtomicU64,
+    /// Whether any byte has arrived yet.
+    heard: AtomicBool,
     wake: Notify,
 }
 
@@ -47,6 +49,7 @@ impl Activity {
             busy: AtomicU32::new(0),
             last_progress_ms: AtomicU64::new(0),
             head_started_ms: AtomicU64::new(0),
+            heard: AtomicBool::new(false),
             wake: Notify::new(),
         })
     }
@@ -61,6 +64,7 @@ impl Activity {
         }
         let now = self.now_ms();
         self.last_progress_ms.store(now, Ordering::Relaxed);
+        self.heard.store(true, Ordering::Release);
         // The first bytes after an exchange start the next request's header clock.
         if self.busy.load(Ordering::Acquire) == 0
             && self
@@ -85,6 +89,21 @@ impl Activity {
         self.busy.fetch_add(1, Ordering::AcqRel);
         self.head_started_ms.store(NONE, Ordering::Release);
         InService(Arc::clone(self))
+    }
+
+    /// Since when the connection has been idle: between keep-alive requests (from its last
+    /// byte), or silent since it was accepted; `None` while a request is being read, handled
+    /// or answered.
+    pub fn idle_since(&self) -> Option<Instant> {
+        if self.busy.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let between = self.head_started_ms.load(Ordering::Acquire) == NONE;
+        let silent = !self.heard.load(Ordering::Acquire);
+        (between || silent).then(|| {
+            let ms = self.last_progress_ms.load(Ordering::Relaxed);
+            self.opened + std::time::Duration::from_millis(ms)
+        })
     }
 
     /// When the connection must be closed if nothing changes, or `None` while a request is in
@@ -125,12 +144,15 @@ pub struct Stop {
     pub now: CancellationToken,
 }
 
-/// Serve `conn` until it ends, its header or idle deadline passes, or the listener stops.
+/// Serve `conn` until it ends, its header or idle deadline passes, or the listener stops;
+/// when `evict` is cancelled (its slot was given to a new connection) it closes as a draining
+/// connection does: at once if idle, after the request in progress otherwise.
 pub async fn watch<C: GracefulConnection>(
     conn: C,
     activity: Arc<Activity>,
     limits: ListenerSettings,
     stop: Stop,
+    evict: CancellationToken,
 ) {
     tokio::pin!(conn);
     let sleep = tokio::time::sleep_until(Instant::now());
@@ -151,6 +173,10 @@ pub async fn watch<C: GracefulConnection>(
                 }
             }
             _ = stop.drain.cancelled(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = evict.cancelled(), if !draining => {
                 draining = true;
                 conn.as_mut().graceful_shutdown();
             }

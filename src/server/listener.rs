@@ -1,6 +1,7 @@
 //! The HTTP listener's defences against slow, idle and too many clients: how long a request's
 //! headers and body may take to arrive, how long an idle keep-alive connection is kept, and how
-//! many connections are served at once.
+//! many connections are served at once, overall and from one address (see [`super::slots`]:
+//! at either bound the connection idle longest makes room before a new one is refused).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,10 +16,13 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::connection::{Activity, Stop, WatchedIo, watch};
 use super::deadline::DeadlineBody;
+use super::slots::{Full, Slots};
 use crate::api::error::Problem;
 use crate::config::SettingProblem;
 use crate::config::problem::{Problems, shown};
@@ -37,6 +41,10 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// Connections served at once on the API listener; 1–1,000,000, default 1024.
     pub max_connections: u32,
+    /// Connections one client address may hold on the API listener; 1–1,000,000, default half
+    /// of `max_connections` (a value above it is `max_connections`). Behind a reverse proxy
+    /// every connection comes from the proxy: raise it to `max_connections` there.
+    pub max_connections_per_peer: u32,
 }
 
 impl Default for ListenerSettings {
@@ -46,13 +54,14 @@ impl Default for ListenerSettings {
             body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            max_connections_per_peer: 512,
         }
     }
 }
 
 impl ListenerSettings {
     /// Every value out of range: the header, body and idle timeouts from 100 ms to 5 min,
-    /// 10 min and 1 h, and 1–1,000,000 connections.
+    /// 10 min and 1 h, and 1–1,000,000 connections (overall and per address).
     pub fn problems(&self) -> Vec<SettingProblem> {
         let mut p = Problems::default();
         for (field, value, max) in [
@@ -67,13 +76,12 @@ impl ListenerSettings {
                 format_args!("100ms–{max}s"),
             );
         }
-        let n = self.max_connections;
-        p.check(
-            (1..=1_000_000).contains(&n),
-            "max_connections",
-            n,
-            "1–1000000",
-        );
+        for (field, n) in [
+            ("max_connections", self.max_connections),
+            ("max_connections_per_peer", self.max_connections_per_peer),
+        ] {
+            p.check((1..=1_000_000).contains(&n), field, n, "1–1000000");
+        }
         p.into_vec()
     }
 }
@@ -113,23 +121,37 @@ impl Kind {
 /// Serve `router` on `listener` until `shutdown` resolves, then let requests in progress finish
 /// (for at most 5 s) and return.
 ///
-/// At most `max_connections` are served at once. One more is accepted and answered
-/// `503` problem+json with `Retry-After: 1` and closed, so a client sees why rather than a
-/// connection that hangs in the kernel's backlog; a flood beyond the refusal slots is closed
-/// without an answer so that refusing stays cheap.
+/// At most `max_connections` are served at once, at most `max_per_peer` from one address;
+/// at either bound the connection idle longest is closed to make room. When every connection
+/// in the way is busy the new one is accepted, answered `503` problem+json with
+/// `Retry-After: 1` and closed, so a client sees why rather than a connection that hangs in
+/// the kernel's backlog; a flood beyond the refusal slots is closed without an answer so that
+/// refusing stays cheap.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ListenerSettings,
     max_connections: u32,
+    max_per_peer: u32,
     kind: Kind,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) {
     let max = max_connections.max(1) as usize;
-    let slots = Arc::new(Semaphore::new(max));
+    let per_peer = (max_per_peer.max(1) as usize).min(max);
+    let slots = Slots::new(max, per_peer);
+    let tasks = TaskTracker::new();
     let refusals = Arc::new(Semaphore::new(REFUSAL_SLOTS));
-    let refusal: Arc<[u8]> = refusal_answer(max).into();
+    let full: Arc<[u8]> = refusal_answer(&format!(
+        "too many connections: this listener serves at most {max} at once; retry shortly"
+    ))
+    .into();
+    let peer_full: Arc<[u8]> = refusal_answer(&format!(
+        "too many connections from your address: one address may hold at most {per_peer} \
+         of this listener's connections at once; retry shortly"
+    ))
+    .into();
     let stop = Stop::default();
     let label = ListenerLabel {
         listener: kind.name(),
@@ -139,6 +161,10 @@ pub async fn serve(
         .http_connections_refused
         .get_or_create(&label)
         .clone();
+    let evictions = metrics
+        .http_connections_evicted
+        .get_or_create(&label)
+        .clone();
     let mut http = http1::Builder::new();
     http.max_buf_size(MAX_HEAD_BYTES)
         .max_header_size(MAX_HEAD_BYTES)
@@ -146,10 +172,10 @@ pub async fn serve(
         .keep_alive(true);
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors, or a connection reset before it was accepted: wait a
                     // little rather than spin; the connections being served go on.
@@ -159,13 +185,24 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            refused.inc();
-            refuse(stream, &refusals, &refusal);
-            continue;
+        let activity = Activity::new();
+        let evict = CancellationToken::new();
+        let slot = match slots.admit(peer.ip(), Arc::clone(&activity), evict.clone()) {
+            Ok((slot, evicted)) => {
+                evictions.inc_by(evicted);
+                slot
+            }
+            Err(why) => {
+                refused.inc();
+                let answer = match why {
+                    Full::Listener => &full,
+                    Full::Peer => &peer_full,
+                };
+                refuse(stream, &refusals, answer);
+                continue;
+            }
         };
         let _ = stream.set_nodelay(true);
-        let activity = Activity::new();
         let io = TokioIo::new(WatchedIo::new(stream, Arc::clone(&activity)));
         let service = {
             let activity = Arc::clone(&activity);
@@ -186,24 +223,22 @@ pub async fn serve(
         let stop = stop.clone();
         let open = open.clone();
         open.inc();
-        tokio::spawn(async move {
-            watch(conn, activity, limits, stop).await;
+        tasks.spawn(async move {
+            watch(conn, activity, limits, stop, evict).await;
             open.dec();
             drop(slot);
         });
     }
     drop(listener);
     stop.drain.cancel();
-    let all = u32::try_from(max).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(DRAIN_GRACE, slots.acquire_many(all)).await;
+    tasks.close();
+    let _ = tokio::time::timeout(DRAIN_GRACE, tasks.wait()).await;
     stop.now.cancel();
 }
 
-/// The answer to a connection over the limit.
-fn refusal_answer(max: usize) -> Vec<u8> {
+/// The answer to a connection over a limit, saying which.
+fn refusal_answer(detail: &str) -> Vec<u8> {
     let status = StatusCode::SERVICE_UNAVAILABLE;
-    let detail =
-        format!("too many connections: this listener serves at most {max} at once; retry shortly");
     let body = serde_json::to_vec(&Problem::new(status, detail)).unwrap_or_default();
     let mut answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
@@ -272,6 +307,7 @@ mod tests {
             body_read_timeout: Duration::from_secs(601),
             idle_timeout: Duration::ZERO,
             max_connections: 1_000_001,
+            max_connections_per_peer: 0,
         };
         let problems: Vec<_> = bad.problems().into_iter().map(|p| p.to_string()).collect();
         let expected = [
@@ -279,6 +315,7 @@ mod tests {
             "body_read_timeout: 601s must be 100ms–600s",
             "idle_timeout: 0ns must be 100ms–3600s",
             "max_connections: 1000001 must be 1–1000000",
+            "max_connections_per_peer: 0 must be 1–1000000",
         ];
         assert_eq!(problems, expected);
         assert_eq!(ListenerSettings::default().problems(), []);
@@ -288,6 +325,7 @@ mod tests {
             body_read_timeout: low,
             idle_timeout: low,
             max_connections: 1,
+            max_connections_per_peer: 1,
         };
         assert_eq!(lowest.problems(), []);
         let highest = ListenerSettings {
@@ -295,6 +333,7 @@ mod tests {
             body_read_timeout: Duration::from_secs(600),
             idle_timeout: Duration::from_secs(3600),
             max_connections: 1_000_000,
+            max_connections_per_peer: 1_000_000,
         };
         assert_eq!(highest.problems(), []);
     }

@@ -2,7 +2,8 @@
 //! dispatcher and the HTTP listeners, and stop them cleanly. Tests start it on `127.0.0.1:0`.
 //!
 //! # Layout
-//! - [`listener`]: the accept loop, its connection limit and the refusal of connections over it.
+//! - [`listener`]: the accept loop, its connection limits and the refusal of connections over them.
+//! - [`slots`]: who holds the connection slots, and which idle connection makes room.
 //! - [`connection`]: one connection's header and idle deadlines, and hyper's own errors as
 //!   problem+json.
 //! - [`deadline`]: the request body's deadline.
@@ -10,6 +11,7 @@
 pub mod connection;
 pub mod deadline;
 pub mod listener;
+pub mod slots;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -208,17 +210,17 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let task = tokio::spawn(async move {
         let (http_stop, http_stopped) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
-        for (listener, router, max, kind) in [
+        for (listener, router, (max, per_peer), kind) in [
             (
                 api_listener,
                 api::router(state.clone(), metrics_on),
-                max_api_connections,
+                (max_api_connections, http_settings.max_connections_per_peer),
                 Kind::Api,
             ),
             (
                 operator_listener,
                 api::operator_router(state),
-                OPERATOR_MAX_CONNECTIONS,
+                (OPERATOR_MAX_CONNECTIONS, OPERATOR_MAX_CONNECTIONS / 2),
                 Kind::Operator,
             ),
         ] {
@@ -229,6 +231,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
                 router,
                 http_settings,
                 max,
+                per_peer,
                 kind,
                 Arc::clone(&http_metrics),
                 async move {

@@ -137,6 +137,40 @@ impl Client {
         self.finish(resp).await
     }
 
+    /// GET a path, or say why no answer came (a fuzz case reports it instead of panicking).
+    #[allow(dead_code)]
+    pub(crate) async fn get_checked(&self, path: &str) -> Result<Page, String> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .send()
+            .await
+            .map_err(|e| format!("GET {path}: no answer ({e})"))?;
+        Ok(self.finish(resp).await)
+    }
+
+    /// POST a same-origin form, or say why no answer came.
+    #[allow(dead_code)]
+    pub(crate) async fn post_checked(
+        &self,
+        path: &str,
+        fields: &[(&str, &str)],
+    ) -> Result<Page, String> {
+        let body = serde_urlencoded::to_string(fields).expect("form");
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("sec-fetch-site", "same-origin")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {path} {fields:?}: no answer ({e})"))?;
+        Ok(self.finish(resp).await)
+    }
+
     /// POST a form with extra headers.
     pub(crate) async fn post_with(
         &self,

@@ -55,3 +55,28 @@ async fn custom_headers_go_with_every_attempt_and_follow_a_change() {
     );
     s.running.stop().await;
 }
+
+/// A custom `User-Agent` replaces sluice's own: one header goes out, not two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_user_agent_replaces_sluices_own() {
+    let s = start(Driver::Sqlite, |_| {}).await.expect("sqlite");
+    let rx = Capture::start(200).await;
+    let (_, token) = s.tenant("acme").await;
+    let headers = json!({ "User-Agent": "acme-hooks/2" });
+    s.endpoint(&token, &rx.url(), json!({ "headers": headers }))
+        .await;
+    let plain = Capture::start(200).await;
+    s.endpoint(&token, &plain.url(), json!({})).await;
+    let msg = s.send(&token, "order.created", json!({ "order": 1 })).await;
+    assert!(crate::eventually(WAIT, || async { !rx.of(&msg).is_empty() }).await);
+    let got = &rx.of(&msg)[0];
+    let agents: Vec<_> = got.headers.get_all("user-agent").iter().collect();
+    assert_eq!(agents, ["acme-hooks/2"], "exactly the endpoint's own");
+    assert!(crate::eventually(WAIT, || async { !plain.of(&msg).is_empty() }).await);
+    let got = &plain.of(&msg)[0];
+    assert!(
+        got.header("user-agent").starts_with("sluice/"),
+        "sluice's by default"
+    );
+    s.running.stop().await;
+}

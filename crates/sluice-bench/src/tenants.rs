@@ -352,6 +352,8 @@ fn figures(
 }
 
 /// The sluice of one phase.
+// One value per phase, never moved about: the size of the fleet variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Stage {
     /// In this process (on PostgreSQL, in a fresh database).
     Embedded {

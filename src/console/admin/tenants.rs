@@ -226,6 +226,9 @@ pub async fn portal_link(
             h1 { "Portal link for " (tenant.name) }
             p { "It opens this tenant's portal once, until " (page::time(link.expires_at.0)) "." }
             code.secret id="link" { (link.url) }
+            @if link.url.starts_with('/') {
+                p.note { "A path on this console's host: set --console-public-url to get a full URL." }
+            }
             p.actions { button type="button" data-copy="link" hidden { "Copy" } a.button href="/console/admin/tenants" { "Back to tenants" } }
             p.note { "Opening it here replaces your operator session with the tenant's: use a private window to keep both." }
         }

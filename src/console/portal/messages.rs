@@ -1,6 +1,6 @@
 //! The message log (every message with its deliveries' states, filtered by event type, time
-//! range, endpoint and delivery state; or, for endpoint and state alone, the matching deliveries),
-//! one message with its payload, deliveries and attempts, resend, the dead letters, and replay. Payloads and response bodies are hostile input: shown as escaped text, cut.
+//! range, endpoint and delivery state, each checked as the API checks it; or, for endpoint and
+//! state alone, the matching deliveries), resend, the dead letters, and replay.
 
 use std::collections::HashMap;
 
@@ -11,24 +11,18 @@ use serde::Deserialize;
 
 use super::Portal;
 use super::endpoints::endpoint_of;
+use crate::api::messages::{check_event_filter, check_range};
 use crate::api::redelivery::{redeliver, replay_endpoint_dead};
-use crate::api::time::parse_instant;
-use crate::api::views::{check_id, delivery_id, looks_like_id};
+use crate::api::views::{delivery_id, looks_like_id};
 use crate::console::Console;
 use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
 use crate::ids;
-use crate::store::{
-    AttemptView, DeliveryFilter, DeliveryState, DeliveryView, MessageFilter, ReplayTarget,
-};
+use crate::store::{DeliveryFilter, DeliveryState, DeliveryView, MessageFilter, ReplayTarget};
 
 /// Rows per page.
 const PAGE: u32 = 50;
-/// Characters of a response body shown.
-const BODY_CHARS: usize = 2_000;
-/// Characters of a payload shown.
-const PAYLOAD_CHARS: usize = 20_000;
 
 /// The log's filters. Blank fields mean "any".
 #[derive(Debug, Default, Deserialize)]
@@ -75,12 +69,13 @@ impl LogQuery {
     }
 }
 
-fn badge(state: DeliveryState) -> Markup {
+/// A delivery state as a badge.
+pub(super) fn badge(state: DeliveryState) -> Markup {
     html! { span class={"badge " (state.name())} { (state.name()) } }
 }
 
 /// The tenant's endpoint URLs by id (for names in the log and the filter's choices).
-async fn endpoint_urls(
+pub(super) async fn endpoint_urls(
     console: &Console,
     portal: &Portal,
 ) -> Result<Vec<(String, String)>, ConsoleError> {
@@ -150,17 +145,18 @@ pub async fn log(
     if !q.endpoint.is_empty() {
         endpoint_of(&console, &portal, &q.endpoint).await?;
     }
-    let instant = |field: &str, text: &str| {
-        (!text.is_empty())
-            .then(|| parse_instant(field, text))
-            .transpose()
-    };
-    let since_ms = instant("since", &q.since)?;
-    let until_ms = instant("until", &q.until)?;
+    // The API's own checks: a filter it would refuse is refused here too (and never reaches
+    // the database, which may refuse a NUL with an error of its own).
+    let event_type = q.event_type.trim();
+    if !event_type.is_empty() {
+        check_event_filter(event_type)?;
+    }
+    let given = |text: &str| (!text.is_empty()).then_some(text.to_owned());
+    let (since_ms, until_ms) = check_range(given(&q.since).as_deref(), given(&q.until).as_deref())?;
     let body = if q.filters_messages() || (q.endpoint.is_empty() && state.is_none()) {
         let filter = MessageFilter {
             tenant_id: portal.tenant.id.clone(),
-            event_type: (!q.event_type.is_empty()).then(|| q.event_type.trim().to_owned()),
+            event_type: (!event_type.is_empty()).then(|| event_type.to_owned()),
             since_ms,
             until_ms,
             endpoint_id: (!q.endpoint.is_empty()).then(|| q.endpoint.clone()),
@@ -306,94 +302,6 @@ fn last_answer(d: &DeliveryView) -> String {
         (None, Some(e)) => e.to_owned(),
         (None, None) => "—".to_owned(),
     }
-}
-
-fn attempts_table(attempts: &[AttemptView]) -> Markup {
-    html! {
-        @if attempts.is_empty() { p.muted { "No attempt yet." } }
-        @else {
-            table.cards.attempts {
-                thead { tr { th { "#" } th { "Started" } th.num { "Took" } th { "Answer" } th { "Response body" } } }
-                tbody { @for (i, a) in attempts.iter().enumerate() { tr {
-                    td data-label="#" { (i + 1) }
-                    td data-label="Started" { (page::time(a.started_at_ms)) }
-                    td.num data-label="Took" { (page::secs(Some(f64::from(a.duration_ms) / 1000.0))) }
-                    td data-label="Answer" {
-                        @match (a.status, a.error_kind.as_deref()) {
-                            (Some(s), _) => span class={"badge " @if (200..300).contains(&s) { "ok" } @else { "bad" }} { (s) },
-                            (None, Some(e)) => span.badge.bad { (e) },
-                            (None, None) => "—",
-                        }
-                    }
-                    td.wide data-label="Response body" {
-                        @match a.response.as_deref() {
-                            Some(body) if !body.is_empty() => {
-                                @let (shown, cut) = page::truncate(body, BODY_CHARS);
-                                pre.body { (shown) }
-                                @if cut { p.note { "First " (BODY_CHARS) " of " (body.chars().count()) " characters." } }
-                            }
-                            _ => span.muted { "empty" },
-                        }
-                    }
-                } } }
-            }
-        }
-    }
-}
-
-/// `GET /console/portal/messages/{id}`: payload, deliveries, attempts.
-pub async fn show(
-    State(console): State<Console>,
-    portal: Portal,
-    Path(id): Path<String>,
-) -> Result<Markup, ConsoleError> {
-    check_id("message", &id)?;
-    let tenant = &portal.tenant.id;
-    let store = &console.app.store;
-    let m = store.message(tenant, &id).await?;
-    let endpoints = endpoint_urls(&console, &portal).await?;
-    let names: HashMap<&str, &str> = endpoints
-        .iter()
-        .map(|(i, u)| (i.as_str(), u.as_str()))
-        .collect();
-    let mut deliveries = Vec::with_capacity(m.deliveries.len());
-    for d in &m.deliveries {
-        deliveries.push((d, store.attempts(tenant, d.id).await?));
-    }
-    let payload = serde_json::from_str::<serde_json::Value>(&m.payload)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| m.payload.clone());
-    let (shown, cut) = page::truncate(&payload, PAYLOAD_CHARS);
-    let now = crate::clock::now_ms();
-    let body = html! {
-        h1.mono { (m.id) }
-        p { strong { (m.event_type) } " · received " (page::time(m.created_at_ms)) }
-        h2 { "Payload" }
-        pre.body id="payload" { (shown) }
-        @if cut { p.note { "First " (PAYLOAD_CHARS) " characters." } }
-        h2 { "Deliveries" }
-        @if deliveries.is_empty() { p.muted { "No endpoint was subscribed to this event type when it arrived." } }
-        @for (d, attempts) in &deliveries {
-            section.panel.delivery id={(ids::numbered(ids::DELIVERY, d.id))} {
-                p.row {
-                    (badge(d.state))
-                    a.url href={"/console/portal/endpoints/" (d.endpoint_id)} { (names.get(d.endpoint_id.as_str()).copied().unwrap_or(&d.endpoint_id)) }
-                    span.muted { (d.attempts) @if d.attempts == 1 { " attempt" } @else { " attempts" } }
-                    @if d.state == DeliveryState::Ready { span.muted { "· next attempt " (page::ago(d.visible_at_ms, now)) } }
-                }
-                @if let Some(e) = &d.last_error { p.note { "Last error: " (e) } }
-                @if d.state == DeliveryState::Dead {
-                    (post_button(&format!("/console/portal/deliveries/{}/replay", ids::numbered(ids::DELIVERY, d.id)), &portal.csrf, "Replay", "primary"))
-                }
-                @if d.state == DeliveryState::Delivered {
-                    (post_button(&format!("/console/portal/deliveries/{}/resend", ids::numbered(ids::DELIVERY, d.id)), &portal.csrf, "Resend", ""))
-                }
-                (attempts_table(attempts))
-            }
-        }
-    };
-    Ok(portal.page("Message", body))
 }
 
 /// Where a replay returns to.

@@ -7,13 +7,16 @@
 //! - [`endpoints`]: the list and the actions on an endpoint.
 //! - [`form`]: the endpoint form, parsed into the API's own request types.
 //! - [`evidence`]: one endpoint's page: the evidence panel, charts over the last hour, events.
-//! - [`messages`]: the message log and its filters, a message's deliveries and attempts, resend,
-//!   dead letters, replay.
+//! - [`messages`]: the message log and its filters, dead letters, replay and resend.
+//! - [`message`]: one message: its payload, deliveries and attempts.
+//! - [`payload`]: a payload shown as stored, only re-indented.
 
 pub mod endpoints;
 pub mod evidence;
 pub mod form;
+pub mod message;
 pub mod messages;
+pub mod payload;
 
 use axum::Router;
 use axum::extract::FromRequestParts;
@@ -104,7 +107,7 @@ pub fn routes() -> Router<Console> {
             post(messages::replay_endpoint),
         )
         .route("/portal/messages", get(messages::log))
-        .route("/portal/messages/{id}", get(messages::show))
+        .route("/portal/messages/{id}", get(message::show))
         .route(
             "/portal/deliveries/{id}/replay",
             post(messages::replay_delivery),

@@ -1,0 +1,225 @@
+//! Who holds a listener's connection slots: at most `max` connections at once, at most
+//! `per_peer` from one address, and when a new connection finds either bound reached, the
+//! connection that has been idle longest (between keep-alive requests, or silent since it
+//! was accepted) gives its slot up instead of the new one being refused. Only when every
+//! connection in the way is busy (a request being read, handled or answered) is the new one
+//! refused. So idle sockets cannot lock clients out, and one address cannot take the listener.
+//!
+//! An evicted connection is asked to close the way a draining one is (hyper's graceful
+//! shutdown): idle, it closes at once; if a request began in the meantime, that request is
+//! answered first.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::connection::Activity;
+
+/// Why a connection gets no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// Every slot of the listener is held by a busy connection.
+    Listener,
+    /// Every slot this address may hold is held by a busy connection of its own.
+    Peer,
+}
+
+/// The slots of one listener.
+pub struct Slots {
+    max: usize,
+    per_peer: usize,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    next: u64,
+    open: HashMap<u64, Holder>,
+    peers: HashMap<IpAddr, usize>,
+}
+
+struct Holder {
+    peer: IpAddr,
+    activity: Arc<Activity>,
+    evict: CancellationToken,
+}
+
+impl Held {
+    /// The connection idle longest among those `eligible`, if any is idle.
+    fn oldest_idle(&self, eligible: impl Fn(&Holder) -> bool) -> Option<u64> {
+        self.open
+            .iter()
+            .filter(|(_, h)| eligible(h))
+            .filter_map(|(id, h)| h.activity.idle_since().map(|at| (at, *id)))
+            .min_by_key(|&(at, id): &(Instant, u64)| (at, id))
+            .map(|(_, id)| id)
+    }
+
+    /// Forget connection `id`; returns its holder.
+    fn remove(&mut self, id: u64) -> Option<Holder> {
+        let holder = self.open.remove(&id)?;
+        if let Some(n) = self.peers.get_mut(&holder.peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.peers.remove(&holder.peer);
+            }
+        }
+        Some(holder)
+    }
+
+    /// Take connection `id`'s slot and tell it to close.
+    fn evict(&mut self, id: u64) {
+        if let Some(holder) = self.remove(id) {
+            holder.evict.cancel();
+        }
+    }
+}
+
+/// A slot held by a connection; dropping it frees the slot.
+pub struct Slot {
+    slots: Arc<Slots>,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.lock().remove(self.id);
+    }
+}
+
+impl Slots {
+    /// Slots for at most `max` connections, at most `per_peer` of them from one address.
+    pub fn new(max: usize, per_peer: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max: max.max(1),
+            per_peer: per_peer.clamp(1, max.max(1)),
+            held: Mutex::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slot for a connection from `peer`, whose progress `activity` records and which closes
+    /// when `evict` is cancelled; and how many idle connections were told to close for it.
+    pub fn admit(
+        self: &Arc<Self>,
+        peer: IpAddr,
+        activity: Arc<Activity>,
+        evict: CancellationToken,
+    ) -> Result<(Slot, u64), Full> {
+        let peer = peer.to_canonical();
+        let mut held = self.lock();
+        let mut evicted = 0;
+        if held.peers.get(&peer).copied().unwrap_or(0) >= self.per_peer {
+            let id = held.oldest_idle(|h| h.peer == peer).ok_or(Full::Peer)?;
+            held.evict(id);
+            evicted += 1;
+        }
+        if held.open.len() >= self.max {
+            let id = held.oldest_idle(|_| true).ok_or(Full::Listener)?;
+            held.evict(id);
+            evicted += 1;
+        }
+        let id = held.next;
+        held.next += 1;
+        held.open.insert(
+            id,
+            Holder {
+                peer,
+                activity,
+                evict,
+            },
+        );
+        *held.peers.entry(peer).or_default() += 1;
+        drop(held);
+        let slot = Slot {
+            slots: Arc::clone(self),
+            id,
+        };
+        Ok((slot, evicted))
+    }
+
+    /// Connections holding a slot now.
+    pub fn held(&self) -> usize {
+        self.lock().open.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_idle_connection_makes_room_and_busy_ones_do_not() {
+        let slots = Slots::new(3, 3);
+        let mut kept = Vec::new();
+        let mut tokens = Vec::new();
+        for n in 0..3 {
+            let activity = Activity::new();
+            let evict = CancellationToken::new();
+            let (slot, evicted) = slots.admit(ip(n), activity.clone(), evict.clone()).unwrap();
+            assert_eq!(evicted, 0);
+            kept.push((slot, activity.clone()));
+            tokens.push(evict);
+            tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        }
+        // The first is busy: the second, idle longest of the rest, is the one to go.
+        let _busy = kept[0].1.begin_request();
+        let fourth = Activity::new();
+        let (fourth_slot, evicted) = slots
+            .admit(ip(9), fourth.clone(), CancellationToken::new())
+            .unwrap();
+        assert_eq!(evicted, 1);
+        assert!(!tokens[0].is_cancelled() && tokens[1].is_cancelled());
+        assert!(!tokens[2].is_cancelled());
+        assert_eq!(slots.held(), 3);
+        // With everyone busy the next is refused.
+        let _b2 = kept[2].1.begin_request();
+        let _b4 = fourth.begin_request();
+        let full = slots.admit(ip(8), Activity::new(), CancellationToken::new());
+        assert!(matches!(full, Err(Full::Listener)));
+        drop(kept);
+        assert_eq!(
+            slots.held(),
+            1,
+            "dropped slots are freed, the evicted one once"
+        );
+        drop(fourth_slot);
+        assert_eq!(slots.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_address_is_held_to_its_share() {
+        let slots = Slots::new(10, 2);
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let activity = Activity::new();
+            held.push((
+                slots
+                    .admit(ip(1), activity.clone(), CancellationToken::new())
+                    .unwrap(),
+                activity.begin_request(),
+            ));
+        }
+        let refused = slots.admit(ip(1), Activity::new(), CancellationToken::new());
+        assert!(matches!(refused, Err(Full::Peer)));
+        // The same address written as IPv4-mapped IPv6 is the same peer.
+        let mapped = IpAddr::from(std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped());
+        let refused = slots.admit(mapped, Activity::new(), CancellationToken::new());
+        assert!(matches!(refused, Err(Full::Peer)));
+        assert!(
+            slots
+                .admit(ip(2), Activity::new(), CancellationToken::new())
+                .is_ok()
+        );
+    }
+}
