@@ -1,5 +1,8 @@
 //! Admission control: what decides whether a claimed delivery is attempted now, held, or shed.
 //!
+//! [`admit`] is the one door, in order: enabled → paused → breaker → lane → fleet → global
+//! permit; what it takes comes back when its [`Admitted`] guard drops. Its parts:
+//!
 //! - [`lane`]: per-endpoint bulkhead with an acquisition deadline (shed when it passes);
 //! - [`governor`]: AIMD concurrency limit per endpoint and Retry-After pauses;
 //! - [`breaker`]: latency breaker (p95 over a window vs the endpoint's ceiling) and error breaker;
@@ -7,5 +10,8 @@
 
 pub mod breaker;
 pub mod fleet;
+mod gate;
 pub mod governor;
 pub mod lane;
+
+pub use gate::{Admitted, Candidate, FleetCount, Gate, Held, admit};

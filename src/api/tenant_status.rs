@@ -120,7 +120,8 @@ pub(crate) fn judge(
         let mut index = None;
         for t in views {
             let mine = t.tenant_id == tenant;
-            if t.in_flight > 0 || t.occupancy > 0.005 || (mine && backlog.due_endpoints > 0) {
+            let holds = t.in_flight > 0 || t.occupancy > 0.005;
+            if holds || (mine && backlog.due_endpoints > 0) {
                 if mine {
                     index = Some(competing.len());
                 }

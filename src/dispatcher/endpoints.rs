@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::admission::FleetCount;
 use crate::admission::breaker::{Breaker, BreakerSettings};
 use crate::admission::governor::{self, GovernorState};
 use crate::admission::lane::Lane;
@@ -73,10 +74,8 @@ pub struct EndpointRuntime {
     pub lane: Arc<Lane>,
     /// Claimed deliveries whose tasks have not yet passed the lane (admitted or shed).
     pending: std::sync::atomic::AtomicU32,
-    /// Attempts this process has in flight to the endpoint under fleet admission.
-    attempts_in_flight: std::sync::atomic::AtomicU32,
-    /// Attempts this process held when the current Redis outage began (outage start, count).
-    held_at_outage: Mutex<Option<(Instant, u32)>>,
+    /// This process's fleet-wide admissions to the endpoint.
+    pub(crate) fleet: Arc<FleetCount>,
     state: Mutex<EndpointState>,
 }
 
@@ -84,50 +83,6 @@ impl EndpointRuntime {
     /// Claimed deliveries on their way to the lane.
     pub fn pending(&self) -> u32 {
         self.pending.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Attempts in flight to this endpoint under fleet admission.
-    pub fn attempts_in_flight(&self) -> u32 {
-        self.attempts_in_flight
-            .load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Count one more attempt in flight if fewer than `limit` are; atomically.
-    pub fn try_reserve(&self, limit: u32) -> bool {
-        use std::sync::atomic::Ordering;
-        self.attempts_in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .is_ok()
-    }
-
-    /// Count one more attempt in flight, whatever the count.
-    pub fn reserve(&self) {
-        self.attempts_in_flight
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    }
-
-    /// One attempt counted by [`try_reserve`](Self::try_reserve) finished.
-    pub fn unreserve(&self) {
-        self.attempts_in_flight
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-
-    /// How many attempts this process held when the outage that began at `since` was first
-    /// seen for this endpoint (`held_now` if this is that first look).
-    pub fn held_at_outage(&self, since: Instant, held_now: u32) -> u32 {
-        let mut h = self
-            .held_at_outage
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match *h {
-            Some((at, n)) if at == since => n,
-            _ => {
-                *h = Some((since, held_now));
-                held_now
-            }
-        }
     }
 
     /// How long from the start of a Redis outage attempts admitted to this endpoint before it
@@ -144,7 +99,7 @@ impl EndpointRuntime {
 
     /// Nothing to remember (see [`Endpoints::evict_idle`]); the caller holds no other handle.
     fn is_idle(&self, now: Instant) -> bool {
-        if self.pending() > 0 || self.attempts_in_flight() > 0 || self.lane.in_use() > 0 {
+        if self.pending() > 0 || self.fleet.in_flight() > 0 || self.lane.in_use() > 0 {
             return false;
         }
         let s = self.state();
@@ -280,8 +235,7 @@ impl Endpoints {
             id: endpoint.id.clone(),
             tenant_id: endpoint.tenant_id.clone(),
             lane: Lane::new(),
-            held_at_outage: Mutex::new(None),
-            attempts_in_flight: std::sync::atomic::AtomicU32::new(0),
+            fleet: Arc::default(),
             pending: std::sync::atomic::AtomicU32::new(0),
             state: Mutex::new(EndpointState {
                 target,

@@ -27,15 +27,15 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::admission::fleet::FleetLanes;
 use crate::admission::fleet::mode::{FleetMode, FleetTransitions};
-use crate::admission::fleet::{FleetAcquire, FleetLanes, FleetSlot};
 use crate::config::DispatchSettings;
 use crate::delivery::Clients;
 use crate::egress::EgressPolicy;
 use crate::metrics::Metrics;
 use crate::store::{Claimed, SettleOutcome, Settlement, SharedStore};
 
-use endpoints::{EndpointRuntime, Endpoints};
+use endpoints::Endpoints;
 pub use settler::{SettleItem, Written, settle_batch};
 pub use view::{DispatcherView, EndpointView, Load, Look, PoolView, TenantView};
 
@@ -221,15 +221,6 @@ struct ClaimView {
     tenant_room: Vec<(String, u32)>,
 }
 
-/// How a delivery was admitted fleet-wide.
-pub(crate) enum FleetAdmit {
-    /// A slot held in Redis.
-    Slot(FleetSlot),
-    /// Admitted under this process's local share of the allowance (Redis unreachable, or
-    /// recently so).
-    Local,
-}
-
 /// Fleet-wide admission: the lanes in Redis, when configured, and this process's view of
 /// Redis's outages.
 pub(crate) struct FleetAdmission {
@@ -240,6 +231,19 @@ pub(crate) struct FleetAdmission {
 }
 
 impl Ctx {
+    /// What every admission goes through ([`crate::admission::admit`]).
+    fn gate(&self) -> crate::admission::Gate<'_> {
+        crate::admission::Gate {
+            lane_deadline: self.settings.lane_deadline,
+            fleet: self.fleet.lanes.as_ref(),
+            transitions: &self.fleet.transitions,
+            longest_attempt: self.settings.timeout_caps.total,
+            permits: &self.attempts,
+            draining: &self.draining,
+        }
+    }
+
+    /// Which rule admits deliveries fleet-wide now (for the view).
     fn fleet_mode(&self, fleet: &FleetLanes) -> FleetMode {
         let hold = self.settings.timeout_caps.total;
         let mut t = self
@@ -248,94 +252,6 @@ impl Ctx {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         t.mode(fleet.is_degraded(), Instant::now(), hold)
-    }
-}
-
-/// The lane deadline passed without a fleet-wide slot: the delivery is shed (requeued, not an
-/// attempt).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Shed;
-
-/// Take a fleet-wide slot for the endpoint within the lane deadline, or [`Shed`].
-///
-/// The allowance holds across the fleet through Redis outages and recoveries: see
-/// [`FleetMode`] for the rule in force at each stage. The endpoint's own lane slot is already
-/// held when this runs; fleet admissions are counted per endpoint in `attempts_in_flight`.
-pub(crate) async fn fleet_slot(
-    ctx: &Ctx,
-    fleet: &FleetLanes,
-    endpoint: &EndpointRuntime,
-    concurrency: u32,
-) -> Result<FleetAdmit, Shed> {
-    let until = Instant::now() + ctx.settings.lane_deadline;
-    // Read from the endpoint's window once per admission, not on every 20 ms pass.
-    let mut outage_hold = None;
-    loop {
-        let allowance = endpoint.state().effective_lane(&ctx.settings, concurrency);
-        let share = fleet.local_share(allowance);
-        let admitted = match ctx.fleet_mode(fleet) {
-            // Counted in flight only once Redis granted the slot: a reservation taken before the
-            // call would be read as "held at the outage" by a sibling task that sees the outage
-            // first, and this process would then admit one more than it really held.
-            FleetMode::Redis => try_redis(fleet, endpoint, allowance)
-                .await
-                .inspect(|_| endpoint.reserve()),
-            FleetMode::Recovering => {
-                if endpoint.try_reserve(share) {
-                    let admit = try_redis(fleet, endpoint, allowance).await;
-                    if admit.is_none() {
-                        endpoint.unreserve();
-                    }
-                    admit
-                } else {
-                    None
-                }
-            }
-            FleetMode::OutageStart(since) => {
-                let held = endpoint.held_at_outage(since, endpoint.attempts_in_flight());
-                // Once this endpoint's own attempts from before the outage must have ended, its
-                // local share applies, even while other endpoints' may still be running.
-                let hold = *outage_hold.get_or_insert_with(|| endpoint.outage_hold());
-                let limit = if since.elapsed() >= hold {
-                    share
-                } else {
-                    share.min(held)
-                };
-                endpoint.try_reserve(limit).then_some(FleetAdmit::Local)
-            }
-            FleetMode::Local => endpoint.try_reserve(share).then_some(FleetAdmit::Local),
-        };
-        if let Some(admit) = admitted {
-            return Ok(admit);
-        }
-        if Instant::now() + Duration::from_millis(20) >= until {
-            return Err(Shed);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn try_redis(
-    fleet: &FleetLanes,
-    endpoint: &EndpointRuntime,
-    allowance: u32,
-) -> Option<FleetAdmit> {
-    match fleet.try_acquire(&endpoint.id, allowance).await {
-        FleetAcquire::Acquired(slot) => Some(FleetAdmit::Slot(slot)),
-        // Unavailable flips the fleet to degraded: the next pass applies the outage rule.
-        FleetAcquire::Unavailable | FleetAcquire::Full => None,
-    }
-}
-
-/// Give back what [`fleet_slot`] took.
-pub(crate) async fn fleet_release(
-    fleet: &FleetLanes,
-    endpoint: &EndpointRuntime,
-    admit: FleetAdmit,
-) {
-    endpoint.unreserve();
-    if let FleetAdmit::Slot(slot) = admit {
-        fleet.release(slot).await;
     }
 }
 

@@ -1,4 +1,4 @@
-//! One claimed delivery's path: admit (disabled? paused? breaker? lane?) → deliver → decide.
+//! One claimed delivery's path: admit ([`crate::admission::admit`]) → attempt → conclude.
 //!
 //! Only the admission decision and the bookkeeping take the endpoint's mutex, briefly; nothing
 //! here holds a lock, a transaction or a slot longer than the attempt that needs it.
@@ -15,29 +15,83 @@ use super::conclude::{Attempt, FailingChange, conclude};
 use super::endpoints::{EndpointRuntime, Pending};
 use crate::admission::breaker::Admission;
 use crate::admission::governor::{self, Observation};
+use crate::admission::lane::Lane;
+use crate::admission::{self, Candidate, FleetCount, Held};
 use crate::delivery::{self, Report};
 use crate::metrics::{Count, HostLabel, Metrics, PhaseLabel};
 use crate::notify;
 use crate::store::{AttemptRecord, Claimed, EndpointEvent, SettleOutcome, Settlement, StoreError};
 
-/// Why a delivery was requeued without an attempt.
+/// Why a delivery was requeued without an attempt: admission turned it away, or the endpoint's
+/// configuration could not be read (the store did not answer in time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
-    /// The lane stayed full past its deadline.
-    Shed,
-    /// Retry-After pause.
-    Paused,
-    /// Breaker open.
-    BreakerOpen,
-    /// Endpoint disabled.
-    Disabled,
-    /// The endpoint's configuration could not be read (the store did not answer in time).
+enum Why {
+    Admission(Held),
     StoreUnavailable,
-    /// Drain started before the attempt.
-    Draining,
 }
 
-/// Run one delivery to a settlement.
+/// One delivery's endpoint as admission asks about it ([`crate::admission::Candidate`]).
+struct AtEndpoint<'a> {
+    rt: &'a EndpointRuntime,
+    ctx: &'a Ctx,
+    concurrency: u32,
+}
+
+impl Candidate for AtEndpoint<'_> {
+    fn check(&self, now: Instant) -> Result<bool, Held> {
+        let mut s = self.rt.state();
+        s.record_offered(now);
+        if !s.enabled {
+            return Err(Held::Disabled);
+        }
+        if governor::is_paused(&s.governor, now) {
+            s.window.record_held(now);
+            return Err(Held::Paused {
+                until: s.governor.paused_until,
+            });
+        }
+        match s.breaker.admit(now) {
+            Admission::Allow => Ok(false),
+            Admission::Probe => Ok(true),
+            Admission::Hold { until } => {
+                s.window.record_held(now);
+                Err(Held::BreakerOpen { until })
+            }
+        }
+    }
+
+    fn lane(&self) -> &Arc<Lane> {
+        &self.rt.lane
+    }
+
+    fn limit(&self) -> u32 {
+        self.rt
+            .state()
+            .effective_lane(&self.ctx.settings, self.concurrency)
+    }
+
+    fn fleet_count(&self) -> &Arc<FleetCount> {
+        &self.rt.fleet
+    }
+
+    fn outage_hold(&self) -> Duration {
+        self.rt.outage_hold()
+    }
+
+    fn id(&self) -> &str {
+        &self.rt.id
+    }
+
+    fn shed(&self, probe: bool) {
+        let mut s = self.rt.state();
+        s.window.record_shed(Instant::now());
+        if probe {
+            s.breaker.cancel_probe();
+        }
+    }
+}
+
+/// Run one delivery to a settlement: admit → attempt → conclude.
 pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     let endpoint = match ctx.endpoints.get(&d.endpoint_id).await {
         Ok(rt) => rt,
@@ -52,77 +106,39 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
         }
         Err(e) => {
             tracing::warn!(error = %e, endpoint = %d.endpoint_id, "cannot load endpoint");
-            return requeue(ctx, d, None, Held::StoreUnavailable);
+            return requeue(ctx, d, Why::StoreUnavailable);
         }
     };
-    let now = Instant::now();
-    let concurrency = ctx.concurrency();
-    let (target, probe) = {
-        let mut s = endpoint.state();
-        s.record_offered(now);
-        if !s.enabled {
-            drop(s);
-            return requeue(ctx, d, Some(&endpoint), Held::Disabled);
-        }
-        if governor::is_paused(&s.governor, now) {
-            let until = s.governor.paused_until;
-            s.window.record_held(now);
-            drop(s);
-            return requeue_until(ctx, d, until, Held::Paused);
-        }
-        let probe = match s.breaker.admit(now) {
-            Admission::Allow => false,
-            Admission::Probe => true,
-            Admission::Hold { until } => {
-                s.window.record_held(now);
-                drop(s);
-                return requeue_until(ctx, d, Some(until), Held::BreakerOpen);
-            }
-        };
-        match &s.target {
-            Ok(t) => (t.clone(), probe),
-            Err(reason) => {
-                let reason = reason.clone();
-                if probe {
-                    s.breaker.cancel_probe();
-                }
-                drop(s);
-                return settlement(d, SettleOutcome::Dead { reason }, None);
-            }
-        }
+    let at = AtEndpoint {
+        rt: &endpoint,
+        ctx,
+        concurrency: ctx.concurrency(),
     };
-
-    // The lane: wait at most the deadline, then shed. The limit follows the governor.
-    let limit = || endpoint.state().effective_lane(&ctx.settings, concurrency);
-    let acquired = endpoint
-        .lane
-        .acquire(limit, ctx.settings.lane_deadline)
+    // Past the lane (admitted or about to be shed): no longer counted against its room.
+    let admitted = admission::admit(&ctx.gate(), &at, move || drop(pending))
         .instrument(tracing::debug_span!("admit"))
         .await;
-    // Past the lane (admitted or about to be shed): no longer counted against its room.
-    drop(pending);
-    let slot = match acquired {
-        Ok(slot) => slot,
-        Err(_) => return shed(ctx, d, &endpoint, probe),
-    };
-    let fleet_slot = match &ctx.fleet.lanes {
-        Some(fleet) => match super::fleet_slot(ctx, fleet, &endpoint, concurrency).await {
-            Ok(admit) => Some(admit),
-            Err(super::Shed) => {
-                drop(slot);
-                return shed(ctx, d, &endpoint, probe);
-            }
-        },
-        None => None,
-    };
-    if ctx.is_draining() {
-        drop(slot);
-        if let (Some(fleet), Some(admit)) = (&ctx.fleet.lanes, fleet_slot) {
-            super::fleet_release(fleet, &endpoint, admit).await;
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        Err(held) => {
+            return match held {
+                Held::Draining => settlement(d, SettleOutcome::Release, None),
+                Held::Paused { until } => requeue_until(ctx, d, until, held),
+                Held::BreakerOpen { until } => requeue_until(ctx, d, Some(until), held),
+                Held::Disabled | Held::Shed => requeue(ctx, d, Why::Admission(held)),
+            };
         }
-        return settlement(d, SettleOutcome::Release, None);
-    }
-    let _permit = ctx.attempts.acquire().await;
+    };
+    let target = endpoint.state().target.clone();
+    let target = match target {
+        Ok(target) => target,
+        Err(reason) => {
+            if admitted.probe {
+                endpoint.state().breaker.cancel_probe();
+            }
+            return settlement(d, SettleOutcome::Dead { reason }, None);
+        }
+    };
     ctx.metrics.in_flight.inc();
     let report = ctx
         .clients
@@ -137,11 +153,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     );
     ctx.metrics.in_flight.dec();
     ctx.tenants.occupied(&d.tenant_id, report.duration);
-    drop(_permit);
-    drop(slot);
-    if let (Some(fleet), Some(admit)) = (&ctx.fleet.lanes, fleet_slot) {
-        super::fleet_release(fleet, &endpoint, admit).await;
-    }
+    drop(admitted);
     settle_attempt(ctx, d, &endpoint, report).await
 }
 
@@ -296,27 +308,10 @@ fn settlement(d: &Claimed, outcome: SettleOutcome, attempt: Option<AttemptRecord
     }
 }
 
-/// Shed at the lane (local or fleet): counted in the endpoint's window, a breaker probe it
-/// carried given back, and requeued after a jittered delay; not an attempt.
-fn shed(ctx: &Arc<Ctx>, d: &Claimed, endpoint: &Arc<EndpointRuntime>, probe: bool) -> Settlement {
-    let mut s = endpoint.state();
-    s.window.record_shed(Instant::now());
-    if probe {
-        s.breaker.cancel_probe();
-    }
-    drop(s);
-    requeue(ctx, d, Some(endpoint), Held::Shed)
-}
-
 /// Requeue without an attempt after a jittered delay.
-fn requeue(
-    ctx: &Arc<Ctx>,
-    d: &Claimed,
-    endpoint: Option<&Arc<EndpointRuntime>>,
-    why: Held,
-) -> Settlement {
+fn requeue(ctx: &Arc<Ctx>, d: &Claimed, why: Why) -> Settlement {
     let delay = ctx.settings.shed.random_delay();
-    count_held(ctx, &d.endpoint_id, endpoint.is_some(), why);
+    count_held(ctx, &d.endpoint_id, why);
     settlement(
         d,
         SettleOutcome::Shed {
@@ -327,12 +322,12 @@ fn requeue(
 }
 
 /// Requeue without an attempt until `until` (plus up to a second of jitter).
-fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, why: Held) -> Settlement {
+fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, held: Held) -> Settlement {
     let wait = until.map_or(Duration::ZERO, |u| {
         u.saturating_duration_since(Instant::now())
     });
     let jitter = Duration::from_millis(rand::rng().random_range(0..1000));
-    count_held(ctx, &d.endpoint_id, true, why);
+    count_held(ctx, &d.endpoint_id, Why::Admission(held));
     settlement(
         d,
         SettleOutcome::Shed {
@@ -342,19 +337,15 @@ fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, why: Held)
     )
 }
 
-fn count_held(ctx: &Arc<Ctx>, endpoint: &str, known: bool, why: Held) {
+fn count_held(ctx: &Arc<Ctx>, endpoint: &str, why: Why) {
     let m = &ctx.metrics;
-    match why {
-        Held::Shed if known => m.count(endpoint, Count::Shed),
-        Held::Shed | Held::Draining => {}
-        Held::Paused | Held::BreakerOpen | Held::Disabled | Held::StoreUnavailable => {
-            let reason = match why {
-                Held::Paused => "paused",
-                Held::BreakerOpen => "breaker_open",
-                Held::StoreUnavailable => "store_unavailable",
-                _ => "disabled",
-            };
-            m.held(reason);
-        }
-    }
+    let reason = match why {
+        Why::Admission(Held::Shed) => return m.count(endpoint, Count::Shed),
+        Why::Admission(Held::Draining) => return,
+        Why::Admission(Held::Paused { .. }) => "paused",
+        Why::Admission(Held::BreakerOpen { .. }) => "breaker_open",
+        Why::Admission(Held::Disabled) => "disabled",
+        Why::StoreUnavailable => "store_unavailable",
+    };
+    m.held(reason);
 }

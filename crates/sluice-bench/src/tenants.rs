@@ -352,22 +352,27 @@ fn figures(
 }
 
 /// The sluice of one phase.
-// One value per phase, never moved about: the size of the fleet variant costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Stage {
-    /// In this process (on PostgreSQL, in a fresh database).
-    Embedded {
-        sluice: Sluice,
-        db: Option<FreshDatabase>,
-    },
-    /// One API process and N dispatcher processes on a fresh database and a Redis of their own.
-    Fleet {
-        sluice: Sluice,
-        processes: Vec<Proc>,
-        redis: Redis,
-        db: FreshDatabase,
-        log_dir: std::path::PathBuf,
-    },
+struct Stage {
+    sluice: Sluice,
+    /// What else runs for it, stopped with it.
+    around: Around,
+}
+
+/// What a phase's sluice runs beside.
+enum Around {
+    /// Nothing: it runs in this process (on PostgreSQL, in a fresh database).
+    Embedded(Option<FreshDatabase>),
+    /// It is one API process and N dispatcher processes on a fresh database and a Redis of
+    /// their own.
+    Fleet(Box<FleetParts>),
+}
+
+/// The processes, Redis and database of a fleet phase.
+struct FleetParts {
+    processes: Vec<Proc>,
+    redis: Redis,
+    db: FreshDatabase,
+    log_dir: std::path::PathBuf,
 }
 
 impl Stage {
@@ -377,7 +382,8 @@ impl Stage {
         }
         let Some(url) = &args.database_url else {
             let sluice = Sluice::start(args, &Tuning::default()).await?;
-            return Ok(Self::Embedded { sluice, db: None });
+            let around = Around::Embedded(None);
+            return Ok(Self { sluice, around });
         };
         let db = FreshDatabase::create(url).await?;
         let own = BenchArgs {
@@ -385,9 +391,9 @@ impl Stage {
             ..args.clone()
         };
         let sluice = Sluice::start(&own, &Tuning::default()).await?;
-        Ok(Self::Embedded {
+        Ok(Self {
             sluice,
-            db: Some(db),
+            around: Around::Embedded(Some(db)),
         })
     }
 
@@ -432,37 +438,33 @@ impl Stage {
         };
         processes.push(api);
         let sluice = Sluice::start(&remote, &Tuning::default()).await?;
-        Ok(Self::Fleet {
-            sluice,
+        let parts = FleetParts {
             processes,
             redis,
             db,
             log_dir,
+        };
+        Ok(Self {
+            sluice,
+            around: Around::Fleet(Box::new(parts)),
         })
     }
 
-    fn sluice(&self) -> &Sluice {
-        match self {
-            Self::Embedded { sluice, .. } | Self::Fleet { sluice, .. } => sluice,
-        }
-    }
-
     async fn stop(self) {
-        match self {
-            Self::Embedded { sluice, db } => {
-                sluice.stop().await;
+        self.sluice.stop().await;
+        match self.around {
+            Around::Embedded(db) => {
                 if let Some(db) = db {
                     db.drop_it().await;
                 }
             }
-            Self::Fleet {
-                sluice,
-                processes,
-                mut redis,
-                db,
-                log_dir,
-            } => {
-                sluice.stop().await;
+            Around::Fleet(parts) => {
+                let FleetParts {
+                    processes,
+                    mut redis,
+                    db,
+                    log_dir,
+                } = *parts;
                 for mut p in processes {
                     let _ = p.kill9().await;
                 }
@@ -483,7 +485,7 @@ async fn phase(
 ) -> anyhow::Result<Outcome> {
     let timeline = Arc::new(Timeline::new(&GROUPS));
     let stage = Stage::start(args).await?;
-    let sluice = stage.sluice();
+    let sluice = &stage.sluice;
     let api = Api {
         http: sluice.http.clone(),
         url: sluice.messages_url().into(),

@@ -1,0 +1,271 @@
+//! One admission, in order: enabled → paused → breaker → lane → fleet → global permit; and the
+//! guard that gives back everything it took when the attempt ends, as a limit's permit does.
+//!
+//! Nothing here is an attempt: a delivery turned away is [`Held`], and the caller requeues it
+//! (a shed or a hold never uses a retry, never feeds the error breaker).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
+
+use super::fleet::mode::{FleetMode, FleetTransitions};
+use super::fleet::{FleetAcquire, FleetLanes, FleetSlot};
+use super::lane::{Lane, LaneSlot};
+
+/// How often a delivery waiting for a fleet-wide slot asks again.
+const FLEET_RETRY: Duration = Duration::from_millis(20);
+
+/// Why a claimed delivery is not attempted now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// The endpoint is disabled.
+    Disabled,
+    /// A Retry-After pause runs until then (or for a moment, when it has no end).
+    Paused {
+        /// When the pause ends.
+        until: Option<Instant>,
+    },
+    /// The breaker is open until then.
+    BreakerOpen {
+        /// When it lets a probe through.
+        until: Instant,
+    },
+    /// No lane slot (this process's, or the fleet's) within the acquisition deadline.
+    Shed,
+    /// Drain began before the attempt.
+    Draining,
+}
+
+/// What admission asks of the endpoint a delivery is for (the dispatcher's runtime answers).
+pub trait Candidate: Send + Sync {
+    /// Enabled, not paused, breaker letting it through, as of `now`: `Ok(probe)`, where `probe`
+    /// says the breaker let it through as its half-open probe.
+    fn check(&self, now: Instant) -> Result<bool, Held>;
+    /// Its lane.
+    fn lane(&self) -> &Arc<Lane>;
+    /// The lane limit in force now (the lane, narrowed by the governor).
+    fn limit(&self) -> u32;
+    /// This process's fleet-wide admissions to it.
+    fn fleet_count(&self) -> &Arc<FleetCount>;
+    /// How long, from the start of a Redis outage, attempts admitted to it through Redis may
+    /// still run ([`super::fleet::mode::endpoint_hold`]).
+    fn outage_hold(&self) -> Duration;
+    /// Its id (the fleet's lane key).
+    fn id(&self) -> &str;
+    /// A delivery to it was shed: count it, and give back the breaker probe it carried.
+    fn shed(&self, probe: bool);
+}
+
+/// This process's fleet-wide admissions to one endpoint: how many it has in flight, and how
+/// many it held when the current Redis outage began.
+#[derive(Debug, Default)]
+pub struct FleetCount {
+    in_flight: AtomicU32,
+    at_outage: Mutex<Option<(Instant, u32)>>,
+}
+
+impl FleetCount {
+    /// Attempts in flight under fleet admission.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Count one more if fewer than `limit` are in flight; atomically.
+    fn try_reserve(&self, limit: u32) -> bool {
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn reserve(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn unreserve(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// How many were in flight when the outage that began at `since` was first seen here.
+    fn held_at_outage(&self, since: Instant) -> u32 {
+        let mut at = self.at_outage.lock().unwrap_or_else(|p| p.into_inner());
+        match *at {
+            Some((seen, n)) if seen == since => n,
+            _ => {
+                let n = self.in_flight();
+                *at = Some((since, n));
+                n
+            }
+        }
+    }
+}
+
+/// The dispatcher's gates: what every admission goes through.
+pub struct Gate<'a> {
+    /// How long a delivery may wait for a lane slot (its own, then the fleet's).
+    pub lane_deadline: Duration,
+    /// Fleet-wide lanes in Redis, when configured.
+    pub fleet: Option<&'a Arc<FleetLanes>>,
+    /// When Redis went away and came back, as this process saw it.
+    pub transitions: &'a Mutex<FleetTransitions>,
+    /// The longest an attempt may run (the largest total deadline): how long an admission
+    /// made under one fleet rule may outlive it.
+    pub longest_attempt: Duration,
+    /// The global bound on attempts in flight.
+    pub permits: &'a Semaphore,
+    /// Set when drain begins.
+    pub draining: &'a AtomicBool,
+}
+
+/// An admitted delivery: its lane slot, its fleet-wide slot, its global permit; dropping it
+/// gives them all back (the Redis slot by a task of its own: it also expires by itself).
+pub struct Admitted<'a> {
+    /// The breaker let it through as its half-open probe.
+    pub probe: bool,
+    _permit: SemaphorePermit<'a>,
+    _lane: LaneSlot,
+    _fleet: Option<FleetHold>,
+}
+
+/// What a fleet admission holds: one count of the endpoint's, and a Redis slot unless it was
+/// admitted under the local share.
+struct FleetHold {
+    count: Arc<FleetCount>,
+    slot: Option<(Arc<FleetLanes>, FleetSlot)>,
+}
+
+impl Drop for FleetHold {
+    fn drop(&mut self) {
+        self.count.unreserve();
+        if let Some((lanes, slot)) = self.slot.take() {
+            tokio::spawn(async move { lanes.release(slot).await });
+        }
+    }
+}
+
+/// Admit a delivery to `endpoint`, in order; `passed_lane` runs once its wait at the lane is
+/// over (admitted or about to be shed). Turned away: [`Held`], nothing held.
+pub async fn admit<'a, C: Candidate>(
+    gate: &Gate<'a>,
+    endpoint: &C,
+    passed_lane: impl FnOnce(),
+) -> Result<Admitted<'a>, Held> {
+    let probe = endpoint.check(Instant::now())?;
+    let acquired = endpoint
+        .lane()
+        .acquire(|| endpoint.limit(), gate.lane_deadline)
+        .await;
+    passed_lane();
+    let Ok(lane) = acquired else {
+        endpoint.shed(probe);
+        return Err(Held::Shed);
+    };
+    let fleet = match gate.fleet {
+        Some(lanes) => match fleet_slot(gate, lanes, endpoint).await {
+            Some(slot) => Some(FleetHold {
+                count: endpoint.fleet_count().clone(),
+                slot: slot.map(|s| (lanes.clone(), s)),
+            }),
+            None => {
+                drop(lane);
+                endpoint.shed(probe);
+                return Err(Held::Shed);
+            }
+        },
+        None => None,
+    };
+    if gate.draining.load(Ordering::Acquire) {
+        return Err(Held::Draining);
+    }
+    let Ok(permit) = gate.permits.acquire().await else {
+        return Err(Held::Draining);
+    };
+    Ok(Admitted {
+        probe,
+        _permit: permit,
+        _lane: lane,
+        _fleet: fleet,
+    })
+}
+
+/// Take a fleet-wide slot within the lane deadline: `Some(Some(slot))` held in Redis,
+/// `Some(None)` admitted under this process's local share, `None` shed.
+///
+/// The allowance holds across the fleet through Redis outages and recoveries: see [`FleetMode`]
+/// for the rule in force at each stage. The endpoint's own lane slot is already held; fleet
+/// admissions are counted per endpoint in its [`FleetCount`].
+async fn fleet_slot<C: Candidate>(
+    gate: &Gate<'_>,
+    lanes: &FleetLanes,
+    endpoint: &C,
+) -> Option<Option<FleetSlot>> {
+    let until = Instant::now() + gate.lane_deadline;
+    let count = endpoint.fleet_count();
+    // Read from the endpoint's window once per admission, not on every pass.
+    let mut outage_hold = None;
+    loop {
+        let allowance = endpoint.limit();
+        let share = lanes.local_share(allowance);
+        let mode = gate
+            .transitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .mode(lanes.is_degraded(), Instant::now(), gate.longest_attempt);
+        let admitted = match mode {
+            // Counted in flight only once Redis granted the slot: a reservation taken before the
+            // call would be read as "held at the outage" by a sibling task that sees the outage
+            // first, and this process would then admit one more than it really held.
+            FleetMode::Redis => redis_slot(lanes, endpoint, allowance)
+                .await
+                .inspect(|_| count.reserve())
+                .map(Some),
+            FleetMode::Recovering => {
+                if count.try_reserve(share) {
+                    let slot = redis_slot(lanes, endpoint, allowance).await;
+                    if slot.is_none() {
+                        count.unreserve();
+                    }
+                    slot.map(Some)
+                } else {
+                    None
+                }
+            }
+            FleetMode::OutageStart(since) => {
+                let held = count.held_at_outage(since);
+                // Once this endpoint's own attempts from before the outage must have ended, its
+                // local share applies, even while other endpoints' may still be running.
+                let hold = *outage_hold.get_or_insert_with(|| endpoint.outage_hold());
+                let limit = if since.elapsed() >= hold {
+                    share
+                } else {
+                    share.min(held)
+                };
+                count.try_reserve(limit).then_some(None)
+            }
+            FleetMode::Local => count.try_reserve(share).then_some(None),
+        };
+        if admitted.is_some() {
+            return admitted;
+        }
+        if Instant::now() + FLEET_RETRY >= until {
+            return None;
+        }
+        tokio::time::sleep(FLEET_RETRY).await;
+    }
+}
+
+async fn redis_slot<C: Candidate>(
+    lanes: &FleetLanes,
+    endpoint: &C,
+    allowance: u32,
+) -> Option<FleetSlot> {
+    match lanes.try_acquire(endpoint.id(), allowance).await {
+        FleetAcquire::Acquired(slot) => Some(slot),
+        // Unavailable flips the fleet to degraded: the next pass applies the outage rule.
+        FleetAcquire::Unavailable | FleetAcquire::Full => None,
+    }
+}
