@@ -149,6 +149,8 @@ pub struct DispatchSettings {
     /// How often a dispatcher writes its heartbeat (its load) to the store; a heartbeat older
     /// than three intervals is stale (1s–60s, the same across the fleet).
     pub heartbeat_interval: Duration,
+    /// How deliveries leave the host: extra CAs, an HTTP proxy, OAuth2 token timeouts.
+    pub egress: crate::egress::settings::EgressSettings,
 }
 
 impl DispatchSettings {
@@ -279,6 +281,7 @@ impl Default for DispatchSettings {
             allow_networks: Vec::new(),
             retention: Duration::from_secs(30 * 24 * 3600),
             heartbeat_interval: Duration::from_secs(5),
+            egress: crate::egress::settings::EgressSettings::default(),
         }
     }
 }
@@ -358,6 +361,9 @@ impl Config {
         });
         name(self.console.problems(), &|field| {
             format!("console-{}", flag(field))
+        });
+        name(d.egress.problems(), &|field| {
+            format!("egress-{}", flag(field))
         });
         all
     }
@@ -584,6 +590,10 @@ pub struct RawSettings {
     #[command(flatten)]
     #[serde(default)]
     pub console: RawConsoleSettings,
+    /// How deliveries leave the host (CAs, proxy, token timeouts); an `[egress]` table.
+    #[command(flatten)]
+    #[serde(default)]
+    pub egress: crate::egress::settings::RawEgressSettings,
 }
 
 impl RawSettings {
@@ -632,6 +642,7 @@ impl RawSettings {
             self.allow_network = file.allow_network;
         }
         self.console = self.console.or(file.console);
+        self.egress = self.egress.or(file.egress);
         self
     }
 
@@ -798,6 +809,7 @@ impl RawSettings {
             }
         };
         let console = self.console.parse(&mut errors);
+        d.egress = self.egress.parse(&mut errors);
         let config = Config {
             listen,
             operator_listen,

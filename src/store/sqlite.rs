@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("sql/sqlite_003_due_endpoints.sql")),
     (4, include_str!("sql/sqlite_004_endpoint_headers.sql")),
     (5, include_str!("sql/sqlite_005_dispatchers.sql")),
+    (9, include_str!("sql/sqlite_009_endpoint_tls_oauth2.sql")),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.

@@ -13,6 +13,7 @@
 pub mod endpoints;
 pub mod evidence;
 pub mod form;
+pub mod https;
 pub mod messages;
 
 use axum::Router;
