@@ -10,6 +10,7 @@
 //! - [`services`]: a fresh PostgreSQL database or SQLite store per test, the Redis URL, the
 //!   independent signature verifier; a missing service skips loudly, or fails under CI.
 //! - [`freeze_proxy`]: a TCP proxy that stops forwarding on demand (a hung database).
+//! - [`egress_proxy`]: a real HTTP egress proxy (Debian's tinyproxy) with a log to read.
 //! - [`tls`]: a test CA made at test time, its server and client certificates, the server
 //!   configuration of an HTTPS receiver (optionally requiring a client certificate).
 //!
@@ -18,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod egress_proxy;
 pub mod freeze_proxy;
 pub mod harness;
 pub mod receiver;
