@@ -20,7 +20,7 @@
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its processes, Redis and lease readings
-//!   are its own).
+//!   are its own), [`tls`].
 
 mod backlog;
 mod chart;
@@ -43,6 +43,7 @@ mod sys;
 mod throttled;
 mod throughput;
 mod timeline;
+mod tls;
 mod watch;
 
 use std::path::PathBuf;
@@ -75,6 +76,9 @@ pub enum Scenario {
     /// one, SIGTERM of another, a Redis restart; lane bound, loss, duplicates, leases and
     /// `/v1/scale`, with pass/fail verdicts (a full run exits non-zero on a failure).
     Fleet,
+    /// HTTPS receivers (a test CA made for the run) over keep-alive and with a handshake per
+    /// delivery, beside plain HTTP: connect and TLS phases, what keep-alive saves.
+    Tls,
 }
 
 impl Scenario {
@@ -89,6 +93,7 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::Replay => "replay",
             Scenario::Fleet => "fleet",
+            Scenario::Tls => "tls",
         }
     }
 }
@@ -273,6 +278,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Flood => flood::run(&args).await?,
         Scenario::Replay => replay::run(&args).await?,
         Scenario::Fleet => fleet::run(&args).await?,
+        Scenario::Tls => tls::run(&args).await?,
     };
     if args.json {
         println!("{}", report.json());
