@@ -8,6 +8,8 @@
 mod client;
 #[path = "console/dashboard.rs"]
 mod dashboard;
+#[path = "console/https.rs"]
+mod https;
 #[path = "console/portal.rs"]
 mod portal;
 #[path = "console/security.rs"]
