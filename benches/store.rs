@@ -125,6 +125,7 @@ async fn setup(store: &SharedStore) -> String {
         name: "bench".into(),
         token_hash: hash_token(&new_token("sk")),
         created_at_ms: now,
+        share: Default::default(),
     };
     store.create_tenant(&tenant).await.expect("tenant");
     for _ in 0..ENDPOINTS {
@@ -210,9 +211,11 @@ async fn claim_settle(store: &SharedStore, tenant: &str, workers: usize) -> f64 
                         lease_ms: 60_000,
                         exclude: Vec::new(),
                         room: vec![],
+                        ..Default::default()
                     })
                     .await
-                    .expect("claim");
+                    .expect("claim")
+                    .claimed;
                 if claimed.is_empty() {
                     return done;
                 }

@@ -149,6 +149,11 @@ pub struct DispatchSettings {
     /// How often a dispatcher writes its heartbeat (its load) to the store; a heartbeat older
     /// than three intervals is stale (1s–60s, the same across the fleet).
     pub heartbeat_interval: Duration,
+    /// The weight of a tenant without one of its own, 1–1000 (the same across the fleet).
+    pub tenant_weight: u32,
+    /// The ceiling of a tenant without one of its own: the largest share of the pool it may
+    /// hold while another tenant waits, in (0, 1]; 1 is no ceiling.
+    pub tenant_max_share: f64,
     /// How deliveries leave the host: extra CAs, an HTTP proxy, OAuth2 token timeouts.
     pub egress: crate::egress::settings::EgressSettings,
 }
@@ -243,6 +248,18 @@ impl DispatchSettings {
             shown(self.heartbeat_interval),
             "1s–60s",
         );
+        p.check(
+            crate::fairness::weight_problem(self.tenant_weight).is_none(),
+            "tenant_weight",
+            self.tenant_weight,
+            "1–1000",
+        );
+        p.check(
+            crate::fairness::max_share_problem(self.tenant_max_share).is_none(),
+            "tenant_max_share",
+            self.tenant_max_share,
+            "in (0, 1]",
+        );
         p.into_vec()
     }
 }
@@ -281,6 +298,8 @@ impl Default for DispatchSettings {
             allow_networks: Vec::new(),
             retention: Duration::from_secs(30 * 24 * 3600),
             heartbeat_interval: Duration::from_secs(5),
+            tenant_weight: 1,
+            tenant_max_share: 1.0,
             egress: crate::egress::settings::EgressSettings::default(),
         }
     }
@@ -569,6 +588,16 @@ pub struct RawSettings {
     #[arg(long, env = "SLUICE_HEARTBEAT_INTERVAL")]
     #[serde(alias = "heartbeat_interval")]
     pub heartbeat_interval: Option<String>,
+    /// Weight of a tenant without one of its own: tenants competing for the pool share it in
+    /// proportion to their weights, 1–1000 [default: 1]
+    #[arg(long, env = "SLUICE_TENANT_WEIGHT")]
+    #[serde(alias = "tenant_weight")]
+    pub tenant_weight: Option<u32>,
+    /// Largest share of the pool a tenant without a ceiling of its own may hold while another
+    /// tenant waits, in (0, 1]; 1 is no ceiling [default: 1]
+    #[arg(long, env = "SLUICE_TENANT_MAX_SHARE")]
+    #[serde(alias = "tenant_max_share")]
+    pub tenant_max_share: Option<f64>,
     /// Operator token (otherwise one is generated on first start and printed once)
     #[arg(
         long = "admin-token",
@@ -636,7 +665,9 @@ impl RawSettings {
             store_deadline,
             metrics_top_endpoints,
             metrics_top_tenants,
-            heartbeat_interval
+            heartbeat_interval,
+            tenant_weight,
+            tenant_max_share
         );
         if self.allow_network.is_empty() {
             self.allow_network = file.allow_network;
@@ -739,6 +770,8 @@ impl RawSettings {
         d.lane_size = self.lane_size.unwrap_or(d.lane_size);
         d.lane_headroom = self.lane_headroom.unwrap_or(d.lane_headroom);
         d.lane_share = self.lane_share.unwrap_or(d.lane_share);
+        d.tenant_weight = self.tenant_weight.unwrap_or(d.tenant_weight);
+        d.tenant_max_share = self.tenant_max_share.unwrap_or(d.tenant_max_share);
         http.max_connections = self.http_max_connections.unwrap_or(http.max_connections);
         let mut metrics = MetricsSettings::default();
         let count = |n: u32| usize::try_from(n).unwrap_or(usize::MAX);

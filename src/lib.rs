@@ -14,6 +14,8 @@
 //! - [`delivery`]: the signed HTTP attempt with its timeouts, the endpoint's own headers and
 //!   response classification, behind the [`egress`] guard, signed by [`signing`] (Standard
 //!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519).
+//! - [`fairness`]: fair shares across tenants (start-time fair queuing over tenants with due
+//!   work, weights and ceilings), applied by every claim.
 //! - [`retry`]: the backoff schedule, Retry-After, shed delays.
 //! - [`dispatcher`]: claim → admit → deliver → settle, wired together: the leaser claims batches
 //!   as far as free capacity allows, the reaper returns expired leases and forgets idle
@@ -49,6 +51,7 @@ pub mod console;
 pub mod delivery;
 pub mod dispatcher;
 pub mod egress;
+pub mod fairness;
 pub mod ids;
 pub mod metrics;
 pub mod notify;

@@ -167,6 +167,7 @@ proptest! {
             let now = sluice::clock::now_ms();
             let tenant = sluice::store::Tenant {
                 id: "ten_p".into(), name: "p".into(), token_hash: "h".into(), created_at_ms: now,
+                share: Default::default(),
             };
             store.create_tenant(&tenant).await.unwrap();
             let ep = sluice::store::Endpoint {
@@ -189,8 +190,8 @@ proptest! {
                 clock += 1_000;
                 let claimed = store.claim(&ClaimRequest {
                     now_ms: clock, limit: 1, per_endpoint: 1, lease_ms: 60_000,
-                    exclude: vec![], room: vec![],
-                }).await.unwrap();
+                    exclude: vec![], room: vec![], ..Default::default()
+                }).await.unwrap().claimed;
                 prop_assert_eq!(claimed.len(), 1);
                 let c = &claimed[0];
                 prop_assert_eq!(c.attempts, expected);

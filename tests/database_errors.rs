@@ -14,6 +14,7 @@ fn tenant() -> Tenant {
         name: "Acme".into(),
         token_hash: hash_token(&new_token("sk")),
         created_at_ms: sluice::clock::now_ms(),
+        share: Default::default(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! A database written by an earlier schema opens under this one with nothing lost: endpoints
 //! created before the fan-out index existed are found through it after the upgrade, and take
-//! the TLS and OAuth2 settings added later (schema v9).
+//! the TLS and OAuth2 settings added later (SQLite v7, PostgreSQL v9).
 
 use sluice_testkit as support;
 
@@ -47,7 +47,7 @@ async fn check_upgraded(store: SharedStore) {
     );
     assert_eq!(fan_out_of(&store, "other").await, set(&["ep_all"]));
 
-    // Schema v9: an endpoint from before it has no TLS or OAuth2 setting, and takes both.
+    // The TLS and OAuth2 columns: an endpoint from before them has no TLS or OAuth2 setting, and takes both.
     let mut e = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
     assert!(e.tls.is_empty());
     assert!(e.oauth2.is_none());

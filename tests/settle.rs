@@ -32,6 +32,7 @@ async fn tenant_with_endpoint(store: &SharedStore) -> Tenant {
         name: "hostile".into(),
         token_hash: hash_token(&new_token("sk")),
         created_at_ms: now,
+        share: Default::default(),
     };
     store.create_tenant(&t).await.expect("create tenant");
     let e = Endpoint::new(
@@ -66,9 +67,11 @@ async fn leased(store: &SharedStore, t: &Tenant, n: usize, at_ms: i64) -> Vec<Cl
             lease_ms: 60_000,
             exclude: Vec::new(),
             room: Vec::new(),
+            ..Default::default()
         })
         .await
-        .expect("claim");
+        .expect("claim")
+        .claimed;
     assert_eq!(claimed.len(), n, "claimed at {at_ms}");
     claimed
 }

@@ -81,6 +81,7 @@ pub(super) async fn create(
         name: name.to_owned(),
         token_hash: ids::hash_token(&token),
         created_at_ms: crate::clock::now_ms(),
+        share: Default::default(),
     };
     state.store.create_tenant(&tenant).await?;
     let mut out = TenantOut::from(tenant);

@@ -482,6 +482,7 @@ mod tests {
             name: "t".into(),
             token_hash: "h".into(),
             created_at_ms: now,
+            share: Default::default(),
         };
         store.create_tenant(&tenant).await.unwrap();
         let endpoint = Endpoint::new(

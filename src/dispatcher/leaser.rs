@@ -25,14 +25,19 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
         }
         let limit = free.min(ctx.settings.claim_batch as usize) as u32;
         let per_endpoint = ctx.settings.lane_size.max(1);
-        let (exclude, room) = ctx.claim_view(per_endpoint);
-        let request = ClaimRequest {
+        let view = ctx.claim_view(per_endpoint, limit);
+        let (fair_floor, charges) = ctx.tenants.for_claim();
+        let mut request = ClaimRequest {
             now_ms: crate::clock::now_ms(),
             limit,
             per_endpoint,
             lease_ms: ctx.settings.lease_ttl.as_millis() as i64,
-            exclude,
-            room,
+            exclude: view.exclude,
+            room: view.room,
+            tenant_room: view.tenant_room,
+            fair_floor,
+            charges,
+            default_weight: ctx.settings.tenant_weight,
         };
         let started = std::time::Instant::now();
         let result = ctx.store.claim(&request).await;
@@ -40,11 +45,17 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
             .claim_seconds
             .observe(started.elapsed().as_secs_f64());
         let claimed = match result {
-            Ok(c) => {
+            Ok(batch) => {
                 backoff = Duration::from_millis(100);
-                c
+                ctx.tenants.claimed(batch.floor, &batch.claimed, |d| {
+                    ctx.expected_cost(&d.endpoint_id)
+                });
+                batch.claimed
             }
             Err(e) => {
+                // The claim may have committed its charges (PostgreSQL sends them ahead of it);
+                // owing them again at worst charges a tenant twice for one claim.
+                ctx.tenants.unapplied(std::mem::take(&mut request.charges));
                 tracing::warn!(error = %e, "claim failed; retrying in {backoff:?}");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

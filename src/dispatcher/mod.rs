@@ -14,6 +14,7 @@ mod leaser;
 pub mod pipeline;
 mod reaper;
 mod settler;
+pub mod tenants;
 mod throttle_watch;
 pub mod view;
 
@@ -50,6 +51,8 @@ pub struct Ctx {
     clients: Clients,
     /// Live endpoint state.
     endpoints: Endpoints,
+    /// Fair shares across tenants: virtual time, charges owed, policies, use of the pool.
+    tenants: tenants::Tenants,
     /// Fleet-wide lanes, when Redis is configured, and this process's view of its outages.
     fleet: FleetAdmission,
     /// Global bound on attempts in flight.
@@ -104,29 +107,52 @@ impl Ctx {
     /// What the next claim should know about endpoints this dispatcher has seen: those to skip
     /// (paused, breaker open, or no free lane slot) and those with fewer free slots than
     /// `per_endpoint`, so a claim takes no more than their lanes can start (shedding stays the
-    /// exception, not a churn of claim → shed → requeue).
-    fn claim_view(&self, per_endpoint: u32) -> (Vec<String>, Vec<(String, u32)>) {
+    /// exception, not a churn of claim → shed → requeue); and the tenants near their ceiling,
+    /// with the room left to each (see [`tenants::rooms`]).
+    fn claim_view(&self, per_endpoint: u32, limit: u32) -> ClaimView {
         let now = Instant::now();
         let concurrency = self.concurrency();
-        let (mut exclude, mut room) = (Vec::new(), Vec::new());
+        let mut view = ClaimView::default();
+        let mut held: HashMap<String, u32> = HashMap::new();
         for rt in self.endpoints.all() {
             let s = rt.state();
-            let held = crate::admission::governor::is_paused(&s.governor, now)
+            let held_back = crate::admission::governor::is_paused(&s.governor, now)
                 || matches!(s.breaker.state(),
                     crate::admission::breaker::BreakerState::Open { until, .. } if until > now);
+            let taken = rt.lane.in_use() + rt.pending();
             let load = claim::EndpointLoad {
-                held,
+                held: held_back,
                 lane: s.effective_lane(&self.settings, concurrency),
                 service: s.service_ewma,
-                taken: rt.lane.in_use() + rt.pending(),
+                taken,
             };
+            drop(s);
+            if taken > 0 {
+                *held.entry(rt.tenant_id.clone()).or_default() += taken;
+            }
             match claim::room(load, per_endpoint, self.settings.lane_deadline) {
-                claim::Room::Skip => exclude.push(rt.id.clone()),
-                claim::Room::Up(n) => room.push((rt.id.clone(), n)),
+                claim::Room::Skip => view.exclude.push(rt.id.clone()),
+                claim::Room::Up(n) => view.room.push((rt.id.clone(), n)),
                 claim::Room::Full => {}
             }
         }
-        (exclude, room)
+        let (weight, max_share) = (self.settings.tenant_weight, self.settings.tenant_max_share);
+        let shares = held.iter().map(|(tenant, &holds)| {
+            let policy = self.tenants.policy(tenant);
+            let (_, share) = tenants::in_force(policy, weight, max_share);
+            (tenant.as_str(), holds, share)
+        });
+        view.tenant_room = tenants::rooms(shares, concurrency, limit);
+        view
+    }
+
+    /// What a delivery to this endpoint is expected to hold of the pool, seconds: its measured
+    /// service time, or [`tenants::UNMEASURED_COST`].
+    fn expected_cost(&self, endpoint: &str) -> f64 {
+        self.endpoints
+            .cached(endpoint)
+            .and_then(|rt| rt.state().service_ewma)
+            .map_or(tenants::UNMEASURED_COST, |t| t.as_secs_f64().max(1e-3))
     }
 
     /// Start one delivery's task.
@@ -185,6 +211,14 @@ impl Ctx {
     async fn capacity_freed(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.capacity.notified()).await;
     }
+}
+
+/// What a claim is told of this dispatcher's endpoints and tenants ([`Ctx::claim_view`]).
+#[derive(Debug, Default)]
+struct ClaimView {
+    exclude: Vec<String>,
+    room: Vec<(String, u32)>,
+    tenant_room: Vec<(String, u32)>,
 }
 
 /// How a delivery was admitted fleet-wide.
@@ -341,6 +375,7 @@ impl Dispatcher {
                 settings.max_response_bytes,
             ),
             endpoints: Endpoints::new(store.clone(), settings.clone()),
+            tenants: tenants::Tenants::default(),
             store,
             metrics,
             fleet: FleetAdmission {

@@ -136,6 +136,7 @@ pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
         "attempted"
     );
     ctx.metrics.in_flight.dec();
+    ctx.tenants.occupied(&d.tenant_id, report.duration);
     drop(_permit);
     drop(slot);
     if let (Some(fleet), Some(admit)) = (&ctx.fleet.lanes, fleet_slot) {

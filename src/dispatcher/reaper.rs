@@ -1,5 +1,5 @@
 //! The reaper: returns expired leases (a dispatcher that died mid-attempt), dead-letters poison
-//! leases, forgets idle endpoints' runtime state, and applies retention now and then.
+//! leases, forgets idle endpoints' and tenants' runtime state, and applies retention now and then.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +22,7 @@ pub(super) async fn reaper(ctx: Arc<Ctx>) {
         if forgotten > 0 {
             tracing::debug!(forgotten, "idle endpoints forgotten");
         }
+        ctx.tenants.forget_idle();
         if last_purge.is_none_or(|at| at.elapsed() >= PURGE_INTERVAL) {
             last_purge = Some(tokio::time::Instant::now());
             purge(&ctx).await;

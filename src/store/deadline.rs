@@ -126,6 +126,14 @@ impl Store for Bounded {
         self.run(self.inner.delete_tenant(id)).await
     }
 
+    async fn set_tenant_share(&self, id: &str, share: &SharePolicy) -> StoreResult<()> {
+        self.run(self.inner.set_tenant_share(id, share)).await
+    }
+
+    async fn tenant_backlog(&self, id: &str, now_ms: i64) -> StoreResult<TenantBacklog> {
+        self.run(self.inner.tenant_backlog(id, now_ms)).await
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         self.run(self.inner.create_endpoint(endpoint)).await
     }
@@ -179,7 +187,7 @@ impl Store for Bounded {
         self.run(self.inner.list_messages(filter)).await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+    async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimBatch> {
         self.run(self.inner.claim(request)).await
     }
 

@@ -117,6 +117,11 @@ pub trait Store: Send + Sync + 'static {
     async fn set_tenant_token(&self, id: &str, token_hash: &str) -> StoreResult<()>;
     /// Delete a tenant and all of its data.
     async fn delete_tenant(&self, id: &str) -> StoreResult<()>;
+    /// Replace a tenant's written share policy (weight, ceiling; `None`: the default).
+    async fn set_tenant_share(&self, id: &str, share: &SharePolicy) -> StoreResult<()>;
+    /// What a tenant has waiting: its due endpoints, its oldest due ready delivery, and how
+    /// many tenants have due work now (it included).
+    async fn tenant_backlog(&self, id: &str, now_ms: i64) -> StoreResult<TenantBacklog>;
 
     // ---- endpoints ------------------------------------------------------------------------
 
@@ -159,8 +164,10 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- the queue ------------------------------------------------------------------------
 
-    /// Lease up to `limit` ready, visible deliveries, fairly across endpoints, and commit.
-    async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>>;
+    /// Apply the request's charges, then lease up to `limit` ready, visible deliveries, fairly
+    /// across tenants (see [`crate::fairness`]) and within each tenant across its endpoints,
+    /// and commit.
+    async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimBatch>;
     /// Apply outcomes; each names its lease token and a stale token changes nothing.
     /// Returns the ids whose outcome was applied. All or nothing: a batch the database refuses
     /// changes nothing, so the caller may split it and write the parts again. Text fields must

@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use crate::fairness::SharePolicy;
+
 /// A customer of the platform: owns endpoints and messages, authenticates with its own token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Tenant {
     /// `ten_…`
     pub id: String,
@@ -16,6 +18,8 @@ pub struct Tenant {
     pub token_hash: String,
     /// When it was created.
     pub created_at_ms: i64,
+    /// Its share of the pool while tenants compete (weight, ceiling).
+    pub share: SharePolicy,
 }
 
 /// A customer URL that receives signed webhooks.
@@ -306,7 +310,7 @@ pub struct DeliveryView {
 }
 
 /// A request to lease work.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ClaimRequest {
     /// Current time.
     pub now_ms: i64,
@@ -320,6 +324,42 @@ pub struct ClaimRequest {
     pub exclude: Vec<String>,
     /// Endpoints with less room than `per_endpoint` (free lane slots): take at most this many.
     pub room: Vec<(String, u32)>,
+    /// Tenants near their ceiling: take at most this many of each while another tenant has due
+    /// work (a tenant alone is never held to its ceiling).
+    pub tenant_room: Vec<(String, u32)>,
+    /// The claiming dispatcher's virtual time (the highest floor its claims have returned):
+    /// a tenant that is newly due, or whose pass fell behind it, starts here. `None` on a
+    /// dispatcher's first claim: the highest pass in the store.
+    pub fair_floor: Option<f64>,
+    /// What the dispatcher's previous claims took, applied to the tenants' passes first.
+    pub charges: Vec<TenantCharge>,
+    /// The weight of tenants without one of their own (`--tenant-weight`; 0 counts as 1).
+    pub default_weight: u32,
+}
+
+/// What a claim took of one tenant: charged to its pass as `seconds ÷ weight`, from `start`
+/// (its effective pass in that claim).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantCharge {
+    /// The tenant.
+    pub tenant_id: String,
+    /// Its effective pass in the claim that served it ([`Claimed::tenant_pass`]).
+    pub start: f64,
+    /// The expected attempt seconds of what the claim took.
+    pub seconds: f64,
+    /// How many deliveries the claim took (the tenant's cost per delivery is `seconds ÷` this).
+    pub deliveries: u32,
+}
+
+/// What a claim leased, and the virtual time it served at.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimBatch {
+    /// The leased deliveries.
+    pub claimed: Vec<Claimed>,
+    /// The lowest effective pass among the tenants the claim looked at (`None`: it found no
+    /// tenant with due work). The dispatcher keeps the highest it has seen as its
+    /// [`ClaimRequest::fair_floor`].
+    pub floor: Option<f64>,
 }
 
 /// A leased delivery, with what is needed to attempt it.
@@ -345,6 +385,10 @@ pub struct Claimed {
     pub message_created_at_ms: i64,
     /// When this delivery became claimable.
     pub visible_at_ms: i64,
+    /// Its tenant's effective pass in the claim (what its charge starts from).
+    pub tenant_pass: f64,
+    /// Its tenant's written share policy, as the claim read it.
+    pub tenant_share: SharePolicy,
 }
 
 /// What happens to a leased delivery next.
@@ -514,6 +558,17 @@ pub struct QueueStats {
     pub dead: u64,
     /// Per tenant: how long its oldest due ready delivery has waited (now − visible_at), ms.
     pub oldest_ready_age_ms: Vec<(String, i64)>,
+}
+
+/// What one tenant has waiting ([`crate::store::Store::tenant_backlog`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TenantBacklog {
+    /// Its endpoints with deliveries due now.
+    pub due_endpoints: u64,
+    /// How long its oldest due ready delivery has waited (now − visible_at), ms; 0 when none.
+    pub oldest_ready_age_ms: i64,
+    /// Tenants with due work now, this one included.
+    pub tenants_due: u64,
 }
 
 /// Something that happened to an endpoint.

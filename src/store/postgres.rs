@@ -7,6 +7,7 @@
 //! (see [`background`]).
 
 mod background;
+mod claim;
 mod errors;
 mod heartbeats;
 mod options;
@@ -37,6 +38,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("sql/postgres_005_dispatchers.sql")),
     (6, include_str!("sql/postgres_006_write_path.sql")),
     (7, include_str!("sql/postgres_007_dispatcher_liveness.sql")),
+    (8, include_str!("sql/postgres_008_tenant_shares.sql")),
     (9, include_str!("sql/postgres_009_endpoint_tls_oauth2.sql")),
 ];
 /// Serialises migrations across processes starting at once.
@@ -286,6 +288,14 @@ impl Store for PostgresStore {
         queries::set_tenant_token(&self.client().await?, id, token_hash).await
     }
 
+    async fn set_tenant_share(&self, id: &str, share: &SharePolicy) -> StoreResult<()> {
+        queries::set_tenant_share(&self.client().await?, id, share).await
+    }
+
+    async fn tenant_backlog(&self, id: &str, now_ms: i64) -> StoreResult<TenantBacklog> {
+        queries::tenant_backlog(&self.client().await?, id, now_ms).await
+    }
+
     async fn delete_tenant(&self, id: &str) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
@@ -383,11 +393,11 @@ impl Store for PostgresStore {
         queries::list_messages(&self.client().await?, filter).await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+    async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimBatch> {
         self.held.set(&request.exclude);
-        let (claimed, due_rows) = queries::claim(&mut self.client().await?, request).await?;
+        let (batch, due_rows) = claim::claim(&mut self.client().await?, request).await?;
         self.due_written(due_rows);
-        Ok(claimed)
+        Ok(batch)
     }
 
     async fn settle(&self, settlements: &[Settlement], now_ms: i64) -> StoreResult<Vec<i64>> {

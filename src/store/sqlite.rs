@@ -7,6 +7,7 @@
 //! while the writer writes). No transaction ever spans an await: the async side only waits for
 //! the answer.
 
+mod claim;
 mod errors;
 mod heartbeats;
 mod queries;
@@ -32,7 +33,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("sql/sqlite_003_due_endpoints.sql")),
     (4, include_str!("sql/sqlite_004_endpoint_headers.sql")),
     (5, include_str!("sql/sqlite_005_dispatchers.sql")),
-    (9, include_str!("sql/sqlite_009_endpoint_tls_oauth2.sql")),
+    (6, include_str!("sql/sqlite_006_tenant_shares.sql")),
+    (7, include_str!("sql/sqlite_007_endpoint_tls_oauth2.sql")),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.
@@ -331,6 +333,18 @@ impl Store for SqliteStore {
         self.write(move |c| queries::delete_tenant(c, &id)).await
     }
 
+    async fn set_tenant_share(&self, id: &str, share: &SharePolicy) -> StoreResult<()> {
+        let (id, share) = (id.to_owned(), *share);
+        self.write(move |c| queries::set_tenant_share(c, &id, &share))
+            .await
+    }
+
+    async fn tenant_backlog(&self, id: &str, now_ms: i64) -> StoreResult<TenantBacklog> {
+        let id = id.to_owned();
+        self.read(move |c| queries::tenant_backlog(c, &id, now_ms))
+            .await
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         let endpoint = endpoint.clone();
         self.write(move |c| queries::create_endpoint(c, &endpoint))
@@ -420,10 +434,10 @@ impl Store for SqliteStore {
         self.read(move |c| queries::list_messages(c, &filter)).await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
+    async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimBatch> {
         self.held.set(&request.exclude);
         let request = request.clone();
-        self.write(move |c| queries::claim(c, &request)).await
+        self.write(move |c| claim::claim(c, &request)).await
     }
 
     async fn settle(&self, settlements: &[Settlement], now_ms: i64) -> StoreResult<Vec<i64>> {

@@ -199,7 +199,7 @@ async fn check_delete_tenant(store: SharedStore) {
     let m = message(&gone, "a");
     store.enqueue(std::slice::from_ref(&m), now).await.unwrap();
     enqueue_n(&store, &kept, "a", 1, now).await;
-    let claimed = store.claim(&req(now, 10, 10)).await.unwrap();
+    let claimed = store.claim(&req(now, 10, 10)).await.unwrap().claimed;
     let mine = claimed.iter().find(|c| c.tenant_id == gone.id).unwrap();
     store
         .settle(

@@ -17,12 +17,20 @@ async fn check_claim_basics(store: SharedStore) {
             .claim(&req(now - 1, 100, 100))
             .await
             .unwrap()
+            .claimed
             .is_empty()
     );
-    assert!(store.claim(&req(now, 0, 100)).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim(&req(now, 0, 100))
+            .await
+            .unwrap()
+            .claimed
+            .is_empty()
+    );
 
     // `limit` bounds the batch; the lease carries everything needed to attempt it.
-    let first = store.claim(&req(now, 5, 100)).await.unwrap();
+    let first = store.claim(&req(now, 5, 100)).await.unwrap().claimed;
     assert_eq!(first.len(), 5);
     for c in &first {
         assert_ne!(c.lease_token, 0);
@@ -44,7 +52,7 @@ async fn check_claim_basics(store: SharedStore) {
     assert_eq!(report, ReapReport::default());
 
     // `per_endpoint` bounds each endpoint's share of a batch.
-    let second = store.claim(&req(now, 100, 3)).await.unwrap();
+    let second = store.claim(&req(now, 100, 3)).await.unwrap().claimed;
     let counts = endpoints_of(&second);
     assert!(counts.values().all(|&n| n == 3), "{counts:?}");
     assert_eq!(counts.len(), 2);
@@ -54,7 +62,7 @@ async fn check_claim_basics(store: SharedStore) {
     let mut roomy = req(now, 100, 100);
     // (Both endpoints still have due work whichever of them the first claim drew from.)
     roomy.room = vec![(e1.id.clone(), 1), (e2.id.clone(), 1)];
-    let roomed = store.claim(&roomy).await.unwrap();
+    let roomed = store.claim(&roomy).await.unwrap().claimed;
     let counts = endpoints_of(&roomed);
     assert_eq!(counts.get(&e1.id).copied(), Some(1), "{counts:?}");
     assert_eq!(counts.get(&e2.id).copied(), Some(1), "{counts:?}");
@@ -63,7 +71,7 @@ async fn check_claim_basics(store: SharedStore) {
     // `exclude` skips endpoints whose lanes are full.
     let mut excluding = req(now, 100, 100);
     excluding.exclude = vec![e1.id.clone()];
-    let third = store.claim(&excluding).await.unwrap();
+    let third = store.claim(&excluding).await.unwrap().claimed;
     assert!(!third.is_empty());
     assert!(third.iter().all(|c| c.endpoint_id == e2.id));
 
@@ -72,7 +80,14 @@ async fn check_claim_basics(store: SharedStore) {
         .set_endpoint_enabled(&e1.id, false, Some("operator"), now)
         .await
         .unwrap();
-    assert!(store.claim(&req(now, 100, 100)).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim(&req(now, 100, 100))
+            .await
+            .unwrap()
+            .claimed
+            .is_empty()
+    );
     let held = deliveries(
         &store,
         DeliveryFilter {
@@ -87,7 +102,7 @@ async fn check_claim_basics(store: SharedStore) {
         .set_endpoint_enabled(&e1.id, true, None, now)
         .await
         .unwrap();
-    let fourth = store.claim(&req(now, 100, 100)).await.unwrap();
+    let fourth = store.claim(&req(now, 100, 100)).await.unwrap().claimed;
     assert_eq!(ids(&fourth), held.iter().map(|d| d.id).collect());
 
     let stats = store.queue_stats(now).await.unwrap();
@@ -111,7 +126,7 @@ async fn check_concurrent_claimers(store: SharedStore) {
             start.wait().await;
             let mut held = Vec::new();
             loop {
-                let batch = store.claim(&req(now, 16, 4)).await.expect("claim");
+                let batch = store.claim(&req(now, 16, 4)).await.expect("claim").claimed;
                 if batch.is_empty() {
                     return held;
                 }
@@ -152,7 +167,7 @@ async fn check_concurrent_claim_settle(store: SharedStore) {
             start.wait().await;
             let mut idle = 0;
             while idle < 3 {
-                let batch = store.claim(&req(now, 8, 2)).await.expect("claim");
+                let batch = store.claim(&req(now, 8, 2)).await.expect("claim").claimed;
                 if batch.is_empty() {
                     // Others may still hold retries that will become ready again.
                     idle += 1;
@@ -207,7 +222,7 @@ async fn check_fairness(store: SharedStore) {
     let m = message(&t, "trickle");
     store.enqueue(std::slice::from_ref(&m), now).await.unwrap();
 
-    let batch = store.claim(&req(now, 64, 8)).await.unwrap();
+    let batch = store.claim(&req(now, 64, 8)).await.unwrap().claimed;
     let counts = endpoints_of(&batch);
     assert_eq!(counts.get(&b.id), Some(&1), "B was not claimed: {counts:?}");
     assert!(counts.get(&a.id).copied().unwrap_or(0) <= 8, "{counts:?}");
@@ -235,7 +250,7 @@ async fn check_round_robin(store: SharedStore) {
 
     let mut order = Vec::new();
     for step in 0..9 {
-        let batch = store.claim(&req(now + step, 1, 1)).await.unwrap();
+        let batch = store.claim(&req(now + step, 1, 1)).await.unwrap().claimed;
         assert_eq!(batch.len(), 1, "step {step}");
         order.push(batch[0].endpoint_id.clone());
     }
@@ -251,6 +266,7 @@ async fn check_round_robin(store: SharedStore) {
             .claim(&req(now + 10, 10, 10))
             .await
             .unwrap()
+            .claimed
             .is_empty()
     );
 }
@@ -262,7 +278,7 @@ async fn check_due_later_and_after_enable(store: SharedStore) {
     let e = endpoint(&store, &t, &[]).await;
     let now = now_ms();
     enqueue_n(&store, &t, "a", 1, now).await;
-    let first = store.claim(&req(now, 10, 10)).await.unwrap();
+    let first = store.claim(&req(now, 10, 10)).await.unwrap().claimed;
     assert_eq!(first.len(), 1);
     // Retry in 30 s: not due before, claimed after.
     let retry = SettleOutcome::Retry {
@@ -279,10 +295,15 @@ async fn check_due_later_and_after_enable(store: SharedStore) {
                 .claim(&req(now + s * 1_000, 10, 10))
                 .await
                 .unwrap()
+                .claimed
                 .is_empty()
         );
     }
-    let again = store.claim(&req(now + 30_000, 10, 10)).await.unwrap();
+    let again = store
+        .claim(&req(now + 30_000, 10, 10))
+        .await
+        .unwrap()
+        .claimed;
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].delivery_id, first[0].delivery_id);
 
@@ -301,6 +322,7 @@ async fn check_due_later_and_after_enable(store: SharedStore) {
             .claim(&req(now + 32_000, 10, 10))
             .await
             .unwrap()
+            .claimed
             .is_empty()
     );
     store
@@ -308,7 +330,12 @@ async fn check_due_later_and_after_enable(store: SharedStore) {
         .await
         .unwrap();
     assert_eq!(
-        store.claim(&req(now + 33_000, 10, 10)).await.unwrap().len(),
+        store
+            .claim(&req(now + 33_000, 10, 10))
+            .await
+            .unwrap()
+            .claimed
+            .len(),
         1
     );
 }
@@ -342,7 +369,7 @@ async fn check_concurrent_enqueue_and_claim_strand_nothing(store: SharedStore) {
         let (store, done, delivered) = (store.clone(), done.clone(), delivered.clone());
         claimers.push(tokio::spawn(async move {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let batch = store.claim(&req(now_ms(), 64, 8)).await.unwrap();
+                let batch = store.claim(&req(now_ms(), 64, 8)).await.unwrap().claimed;
                 if batch.is_empty() {
                     tokio::task::yield_now().await;
                     continue;
@@ -369,7 +396,8 @@ async fn check_concurrent_enqueue_and_claim_strand_nothing(store: SharedStore) {
         let batch = store
             .claim(&req(now_ms() + 3_600_000, 500, 500))
             .await
-            .unwrap();
+            .unwrap()
+            .claimed;
         if batch.is_empty() {
             break;
         }
@@ -426,7 +454,7 @@ async fn check_claim_among_many_endpoints(store: SharedStore) {
     }
     let mut per: HashMap<String, usize> = HashMap::new();
     for step in 0..5 {
-        let batch = store.claim(&req(now + step, 10, 2)).await.unwrap();
+        let batch = store.claim(&req(now + step, 10, 2)).await.unwrap().claimed;
         assert_eq!(batch.len(), 10, "step {step}");
         for c in batch {
             *per.entry(c.endpoint_id).or_default() += 1;
@@ -476,11 +504,11 @@ async fn postgres_claim_keeps_an_endpoint_a_writer_is_filling() {
     .unwrap();
     // The committed delivery is claimed; the writer's is not visible yet, so the endpoint looks
     // empty to this claim.
-    let first = store.claim(&req(now, 10, 10)).await.unwrap();
+    let first = store.claim(&req(now, 10, 10)).await.unwrap().claimed;
     assert_eq!(first.len(), 1);
     assert_ne!(first[0].message_id, "msg_held");
     tx.commit().await.unwrap();
-    let second = store.claim(&req(now + 1, 10, 10)).await.unwrap();
+    let second = store.claim(&req(now + 1, 10, 10)).await.unwrap().claimed;
     assert_eq!(
         second
             .iter()
@@ -503,9 +531,16 @@ async fn check_emptied_and_deleted_endpoints(store: SharedStore) {
     for round in 0..5 {
         let at = now + round * 1_000;
         enqueue_n(&store, &t, "a", 2, at).await;
-        let got = store.claim(&req(at, 10, 10)).await.unwrap();
+        let got = store.claim(&req(at, 10, 10)).await.unwrap().claimed;
         assert_eq!(got.len(), 2, "round {round}: both found");
-        assert!(store.claim(&req(at, 10, 10)).await.unwrap().is_empty());
+        assert!(
+            store
+                .claim(&req(at, 10, 10))
+                .await
+                .unwrap()
+                .claimed
+                .is_empty()
+        );
         let done: Vec<Settlement> = got
             .iter()
             .map(|c| settlement(c, SettleOutcome::Delivered, Some(attempt(Some(200), None))))
@@ -519,10 +554,15 @@ async fn check_emptied_and_deleted_endpoints(store: SharedStore) {
             .claim(&req(now + 10_000, 10, 10))
             .await
             .unwrap()
+            .claimed
             .is_empty()
     );
     enqueue_n(&store, &t, "a", 1, now + 11_000).await;
-    let got = store.claim(&req(now + 11_000, 10, 10)).await.unwrap();
+    let got = store
+        .claim(&req(now + 11_000, 10, 10))
+        .await
+        .unwrap()
+        .claimed;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].endpoint_id, a.id);
 }

@@ -443,7 +443,7 @@ async fn postgres_work_signal_crosses_instances() {
     tokio::time::timeout(Duration::from_secs(2), signal.notified())
         .await
         .expect("an enqueue in another instance did not wake this one");
-    let claimed = idle.claim(&req(now_ms(), 10, 10)).await.unwrap();
+    let claimed = idle.claim(&req(now_ms(), 10, 10)).await.unwrap().claimed;
     assert_eq!(claimed.len(), 1);
 }
 
@@ -461,7 +461,7 @@ async fn check_held_endpoints_do_not_wake(store: SharedStore) {
         exclude: vec![held.id.clone()],
         ..req(now, 10, 10)
     };
-    assert!(store.claim(&left_out).await.unwrap().is_empty());
+    assert!(store.claim(&left_out).await.unwrap().claimed.is_empty());
     // Consume a wake-up left by earlier operations.
     let _ = tokio::time::timeout(Duration::from_millis(300), signal.notified()).await;
     store.enqueue(&[message(&t, "held")], now).await.unwrap();
@@ -478,7 +478,7 @@ async fn check_held_endpoints_do_not_wake(store: SharedStore) {
             .is_ok(),
         "not woken for work another endpoint can take"
     );
-    let got = store.claim(&req(now, 10, 10)).await.unwrap();
+    let got = store.claim(&req(now, 10, 10)).await.unwrap().claimed;
     assert_eq!(
         got.len(),
         2,

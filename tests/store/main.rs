@@ -61,6 +61,7 @@ async fn tenant(store: &SharedStore) -> Tenant {
         name: "Acme".into(),
         token_hash: hash_token(&new_token("sk")),
         created_at_ms: now_ms(),
+        share: Default::default(),
     };
     store.create_tenant(&t).await.expect("create tenant");
     t
@@ -113,6 +114,7 @@ fn req(now: i64, limit: u32, per_endpoint: u32) -> ClaimRequest {
         lease_ms: 60_000,
         exclude: Vec::new(),
         room: vec![],
+        ..Default::default()
     }
 }
 

@@ -91,7 +91,11 @@ async fn check_message_log_filters(store: SharedStore) {
         ..base.clone()
     };
     assert_eq!(log(&store, to_orders).await, expect(&below_order));
-    let claimed = store.claim(&req(start + 200_000, 100, 100)).await.unwrap();
+    let claimed = store
+        .claim(&req(start + 200_000, 100, 100))
+        .await
+        .unwrap()
+        .claimed;
     let target = sent[3].0.clone();
     let done: Vec<Settlement> = claimed
         .iter()

@@ -84,7 +84,7 @@ async fn check_list_deliveries_and_attempts(store: SharedStore) {
     assert_eq!(paged, all.iter().map(|d| d.id).collect::<Vec<_>>());
 
     // By state, after a retry and a dead letter.
-    let claimed = store.claim(&req(now, 2, 1)).await.unwrap();
+    let claimed = store.claim(&req(now, 2, 1)).await.unwrap().claimed;
     assert_eq!(claimed.len(), 2);
     let applied = store
         .settle(
@@ -150,7 +150,7 @@ async fn check_queue_stats(store: SharedStore) {
     enqueue_n(&store, &busy, "a", 4, now).await;
     enqueue_n(&store, &late, "a", 1, now + 3_000).await;
 
-    let claimed = store.claim(&req(now, 2, 2)).await.unwrap();
+    let claimed = store.claim(&req(now, 2, 2)).await.unwrap().claimed;
     assert_eq!(claimed.len(), 2);
     store
         .settle(
@@ -170,7 +170,7 @@ async fn check_queue_stats(store: SharedStore) {
         )
         .await
         .unwrap();
-    assert_eq!(store.claim(&req(now, 1, 1)).await.unwrap().len(), 1);
+    assert_eq!(store.claim(&req(now, 1, 1)).await.unwrap().claimed.len(), 1);
 
     let stats = store.queue_stats(now + 7_000).await.unwrap();
     assert_eq!(

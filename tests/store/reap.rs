@@ -12,7 +12,7 @@ async fn check_reap_poison(store: SharedStore) {
     for expiry in 1..=3 {
         let mut r = req(clock, 1, 1);
         r.lease_ms = 1_000;
-        let claimed = store.claim(&r).await.unwrap();
+        let claimed = store.claim(&r).await.unwrap().claimed;
         assert_eq!(claimed.len(), 1, "expiry {expiry}: nothing to claim");
         id = claimed[0].delivery_id;
         clock += 5_000;
@@ -45,7 +45,14 @@ async fn check_reap_poison(store: SharedStore) {
             );
         }
     }
-    assert!(store.claim(&req(clock, 1, 1)).await.unwrap().is_empty());
+    assert!(
+        store
+            .claim(&req(clock, 1, 1))
+            .await
+            .unwrap()
+            .claimed
+            .is_empty()
+    );
     // Replay gives the poison message a fresh count.
     assert_eq!(
         store
@@ -56,7 +63,7 @@ async fn check_reap_poison(store: SharedStore) {
     );
     let mut r = req(clock, 1, 1);
     r.lease_ms = 1_000;
-    store.claim(&r).await.unwrap();
+    store.claim(&r).await.unwrap().claimed;
     assert_eq!(
         store.reap(clock + 5_000, 3).await.unwrap(),
         ReapReport {
@@ -80,7 +87,7 @@ async fn check_reap_counts_expiries_in_a_row(store: SharedStore) {
         async move {
             let mut r = req(clock, 1, 1);
             r.lease_ms = 1_000;
-            let mut claimed = store.claim(&r).await.unwrap();
+            let mut claimed = store.claim(&r).await.unwrap().claimed;
             assert_eq!(claimed.len(), 1, "nothing to claim at {clock}");
             claimed.remove(0)
         }
@@ -170,7 +177,7 @@ async fn check_replay(store: SharedStore) {
     let e2 = endpoint(&store, &t, &[]).await;
     let now = now_ms();
     enqueue_n(&store, &t, "a", 3, now).await;
-    let claimed = store.claim(&req(now, 100, 100)).await.unwrap();
+    let claimed = store.claim(&req(now, 100, 100)).await.unwrap().claimed;
     assert_eq!(claimed.len(), 6);
     let (on_e1, on_e2): (Vec<Claimed>, Vec<Claimed>) =
         claimed.into_iter().partition(|c| c.endpoint_id == e1.id);
@@ -224,7 +231,7 @@ async fn check_replay(store: SharedStore) {
             .unwrap(),
         0
     );
-    let again = store.claim(&req(now + 2, 100, 100)).await.unwrap();
+    let again = store.claim(&req(now + 2, 100, 100)).await.unwrap().claimed;
     let mut expected: BTreeSet<i64> = on_e1.iter().map(|c| c.delivery_id).collect();
     expected.insert(one);
     assert_eq!(ids(&again), expected);

@@ -22,7 +22,7 @@ async fn check_resend_any_state_but_leased(store: SharedStore) {
     endpoint(&store, &t, &[]).await;
     let now = now_ms();
     enqueue_n(&store, &t, "a", 4, now).await;
-    let claimed = store.claim(&req(now, 100, 100)).await.unwrap();
+    let claimed = store.claim(&req(now, 100, 100)).await.unwrap().claimed;
     assert_eq!(claimed.len(), 4);
     settle_all(&store, &claimed[..1], SettleOutcome::Delivered, now).await;
     let retry = SettleOutcome::Retry {
@@ -72,7 +72,7 @@ async fn check_resend_any_state_but_leased(store: SharedStore) {
         // The attempt log is kept: the next attempt is one more row of the same delivery.
         assert_eq!(store.attempts(&t.id, id).await.unwrap().len(), 1);
     }
-    let again = store.claim(&req(now + 5, 100, 100)).await.unwrap();
+    let again = store.claim(&req(now + 5, 100, 100)).await.unwrap().claimed;
     assert_eq!(ids(&again), BTreeSet::from([delivered, waiting, dead]));
     let by_id: HashMap<i64, &Claimed> = claimed.iter().map(|c| (c.delivery_id, c)).collect();
     for c in &again {
@@ -97,7 +97,7 @@ async fn check_recover_failed_since(store: SharedStore) {
     for generation in 0..3 {
         let at = start + generation * 60_000;
         enqueue_n(&store, &t, "a", 4, at).await;
-        let claimed = store.claim(&req(at, 100, 100)).await.unwrap();
+        let claimed = store.claim(&req(at, 100, 100)).await.unwrap().claimed;
         assert_eq!(claimed.len(), 4);
         settle_all(&store, &claimed[..1], SettleOutcome::Delivered, at).await;
         let retry = SettleOutcome::Retry {

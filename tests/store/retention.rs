@@ -7,7 +7,7 @@ async fn check_purge(store: SharedStore) {
     endpoint(&store, &t, &[]).await;
     let now = now_ms();
     enqueue_n(&store, &t, "a", 3, now).await;
-    let c = store.claim(&req(now, 10, 10)).await.unwrap();
+    let c = store.claim(&req(now, 10, 10)).await.unwrap().claimed;
     assert_eq!(c.len(), 3);
     // One delivered, one dead-lettered, one released back to ready.
     let applied = store

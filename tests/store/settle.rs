@@ -7,7 +7,7 @@ async fn check_settle_outcomes(store: SharedStore) {
     endpoint(&store, &t, &[]).await;
     let now = now_ms();
     enqueue_n(&store, &t, "a", 6, now).await;
-    let claimed = store.claim(&req(now, 10, 10)).await.unwrap();
+    let claimed = store.claim(&req(now, 10, 10)).await.unwrap().claimed;
     assert_eq!(claimed.len(), 6);
     let [done, retry, shed, dead, release, shed_with_attempt] = &claimed[..] else {
         unreachable!()
@@ -117,9 +117,13 @@ async fn check_settle_outcomes(store: SharedStore) {
     assert!(store.settle(&[], at).await.unwrap().is_empty());
 
     // Each comes back at its own time, attempts carried.
-    let back = store.claim(&req(at, 10, 10)).await.unwrap();
+    let back = store.claim(&req(at, 10, 10)).await.unwrap().claimed;
     assert_eq!(ids(&back), BTreeSet::from([release.delivery_id]));
-    let back = store.claim(&req(now + 9_000, 10, 10)).await.unwrap();
+    let back = store
+        .claim(&req(now + 9_000, 10, 10))
+        .await
+        .unwrap()
+        .claimed;
     assert_eq!(
         ids(&back),
         BTreeSet::from([
@@ -142,7 +146,7 @@ async fn check_stale_token(store: SharedStore) {
     enqueue_n(&store, &t, "a", 1, now).await;
     let mut r = req(now, 1, 1);
     r.lease_ms = 1_000;
-    let old = store.claim(&r).await.unwrap().remove(0);
+    let old = store.claim(&r).await.unwrap().claimed.remove(0);
 
     let report = store.reap(now + 2_000, 5).await.unwrap();
     assert_eq!(
@@ -157,7 +161,7 @@ async fn check_stale_token(store: SharedStore) {
 
     r.now_ms = now + 2_000;
     r.lease_ms = 60_000;
-    let new = store.claim(&r).await.unwrap().remove(0);
+    let new = store.claim(&r).await.unwrap().claimed.remove(0);
     assert_eq!(new.delivery_id, old.delivery_id);
     assert_ne!(new.lease_token, old.lease_token);
 
@@ -222,7 +226,7 @@ async fn check_extend_lease(store: SharedStore) {
     enqueue_n(&store, &t, "a", 1, now).await;
     let mut r = req(now, 1, 1);
     r.lease_ms = 1_000;
-    let c = store.claim(&r).await.unwrap().remove(0);
+    let c = store.claim(&r).await.unwrap().claimed.remove(0);
 
     assert!(
         !store

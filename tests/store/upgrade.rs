@@ -80,7 +80,7 @@ async fn a_version_3_database_upgrades_and_keeps_its_work() {
     let attempts = store.attempts("ten_old", done[0].id).await.unwrap();
     assert_eq!(attempts.len(), 1, "attempts kept");
     assert_eq!(attempts[0].status, Some(200));
-    let claimed = store.claim(&req(now_ms(), 10, 10)).await.unwrap();
+    let claimed = store.claim(&req(now_ms(), 10, 10)).await.unwrap().claimed;
     assert_eq!(
         claimed.len(),
         1,
@@ -100,7 +100,11 @@ async fn a_version_3_database_upgrades_and_keeps_its_work() {
         )
         .await
         .unwrap();
-    let again = store.claim(&req(now_ms() + 1_000, 10, 10)).await.unwrap();
+    let again = store
+        .claim(&req(now_ms() + 1_000, 10, 10))
+        .await
+        .unwrap()
+        .claimed;
     assert_eq!(again.len(), 1, "a retried delivery is claimed again");
     // Deleting the endpoint takes its due row and its work with it.
     store.delete_endpoint("ten_old", "ep_old").await.unwrap();
@@ -109,6 +113,7 @@ async fn a_version_3_database_upgrades_and_keeps_its_work() {
             .claim(&req(now_ms() + 2_000, 10, 10))
             .await
             .unwrap()
+            .claimed
             .is_empty()
     );
 }

@@ -41,6 +41,7 @@ pub(crate) async fn fill(
         name: "backlog".into(),
         token_hash: sluice::ids::hash_token(&sluice::ids::new_token("sk")),
         created_at_ms: now,
+        share: Default::default(),
     };
     store.create_tenant(&tenant).await?;
     let secret = sluice::signing::Secret::generate().to_string();

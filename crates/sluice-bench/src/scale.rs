@@ -372,6 +372,7 @@ async fn register(sluice: &Sluice, n: u64) -> anyhow::Result<f64> {
         name: "registered".into(),
         token_hash: sluice::ids::hash_token(&sluice::ids::new_token("sk")),
         created_at_ms: now,
+        share: Default::default(),
     };
     store.create_tenant(&tenant).await?;
     let secret = sluice::signing::Secret::generate().to_string();

@@ -17,78 +17,6 @@ const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, se
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
 
-/// Fair claim in one statement, committed on its own: the due endpoints longest due (ties by
-/// id), each locked against other claimers (SKIP LOCKED); up to its room of due deliveries from
-/// each through the ready index, leased. An endpoint that gave all its room may have more: when
-/// there may also be more due endpoints than one claim looks at, it goes behind the others
-/// (round robin; with fewer, every claim looks at all of them and nothing needs writing).
-/// Returns the leased deliveries, then (`id` NULL) the endpoints that gave less: their rows are
-/// moved to their next work or dropped by [`MOVE_DUE`], in a transaction of its own.
-///
-/// Counting each endpoint's picks is one grouped join (not a scan of the picks per endpoint),
-/// so a claim's cost follows its batch, not the batch squared. Every table is reached through
-/// its key (a scalar subquery, `= ANY(ARRAY(…))`, a `LATERAL … LIMIT 1`), never a join the
-/// planner might turn into a scan of the whole table when its statistics are young.
-const CLAIM: &str = "WITH due AS ( \
-        SELECT q.endpoint_id, GREATEST(1, LEAST($4, COALESCE((SELECT r.n \
-            FROM unnest($7::text[], $8::bigint[]) AS r(id, n) WHERE r.id = q.endpoint_id), $4))) \
-            AS room \
-        FROM due_endpoints q \
-        WHERE q.due_ms <= $1 AND NOT (q.endpoint_id = ANY($2)) \
-          AND (SELECT e.enabled FROM endpoints e WHERE e.id = q.endpoint_id) \
-        ORDER BY q.due_ms, q.endpoint_id LIMIT $3 \
-        FOR NO KEY UPDATE OF q SKIP LOCKED \
-    ), picked AS ( \
-        SELECT c.id, due.endpoint_id FROM due CROSS JOIN LATERAL ( \
-            SELECT d.id FROM deliveries d \
-            WHERE d.endpoint_id = due.endpoint_id AND d.state = 0 AND d.visible_at_ms <= $1 \
-            ORDER BY d.visible_at_ms LIMIT due.room \
-            FOR UPDATE SKIP LOCKED) c \
-        LIMIT $3 \
-    ), leased AS ( \
-        UPDATE deliveries d SET state = 1, lease_until_ms = $5, lease_token = $6, updated_at_ms = $1 \
-        WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) \
-        RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempts, d.visible_at_ms \
-    ), taken AS ( \
-        SELECT due.endpoint_id, due.room, count(p.id) AS n \
-        FROM due LEFT JOIN picked p ON p.endpoint_id = due.endpoint_id \
-        GROUP BY due.endpoint_id, due.room \
-    ), rotated AS ( \
-        UPDATE due_endpoints q SET due_ms = $1 FROM taken t \
-        WHERE q.endpoint_id = t.endpoint_id AND t.n >= t.room \
-          AND (SELECT count(*) FROM due) >= $3 \
-    ) \
-    SELECT l.id, l.message_id, l.endpoint_id, l.tenant_id, l.attempts, l.visible_at_ms, \
-           m.event_type, m.payload, m.created_at_ms \
-    FROM leased l CROSS JOIN LATERAL (SELECT event_type, payload, created_at_ms FROM messages \
-        WHERE id = l.message_id LIMIT 1) m \
-    UNION ALL \
-    SELECT NULL, NULL, endpoint_id, NULL, NULL, NULL, NULL, NULL, NULL FROM taken WHERE n < room";
-
-/// Moving an endpoint later or dropping it is only safe while no writer is adding a delivery
-/// for it: writers hold their endpoints' buckets shared until commit (see migration 3), so take
-/// each bucket exclusively, without waiting; the endpoints of buckets taken can be moved.
-/// It also turns off the wait for this transaction's WAL flush (see [`move_due`]), saving a
-/// round trip for a `SET LOCAL`.
-const LOCK_TO_MOVE: &str = "SELECT id, pg_try_advisory_xact_lock(1397, hashtext(id) & 63), \
-    set_config('synchronous_commit', 'off', true) FROM unnest($1::text[]) AS id";
-
-/// Runs after [`LOCK_TO_MOVE`], so it sees every delivery committed before the lock: `$1` (the
-/// endpoints of buckets taken) move to their next work (no earlier than now: behind the others)
-/// or go; `$2` (the others) stay due, behind the rest (round robin), for a later claim to look
-/// at again.
-const MOVE_DUE: &str = "WITH n AS ( \
-        SELECT v.id, (SELECT min(d.visible_at_ms) FROM deliveries d \
-            WHERE d.endpoint_id = v.id AND d.state = 0) AS next \
-        FROM unnest($1::text[]) AS v(id) \
-    ), gone AS ( \
-        DELETE FROM due_endpoints q USING n WHERE q.endpoint_id = n.id AND n.next IS NULL \
-    ), kept AS ( \
-        UPDATE due_endpoints SET due_ms = GREATEST(due_ms, $3) WHERE endpoint_id = ANY($2) \
-    ) \
-    UPDATE due_endpoints q SET due_ms = GREATEST(n.next, $3) FROM n \
-    WHERE q.endpoint_id = n.id AND n.next IS NOT NULL";
-
 /// Apply a batch of outcomes in one statement (so a refused batch changes nothing). A settle
 /// ends its lease normally, so it also ends any run of lease expiries (`expiries = 0`). A lease
 /// token is set only while a delivery is leased (every way out of the lease clears it), so the
@@ -107,7 +35,7 @@ const SETTLE: &str = "WITH v AS ( \
             last_error = CASE WHEN v.touch THEN v.error ELSE d.last_error END, \
             updated_at_ms = $9 \
         FROM v WHERE d.id = ANY($1) AND d.id = v.id AND d.lease_token = v.token \
-        RETURNING d.id, d.endpoint_id, d.state, d.visible_at_ms \
+        RETURNING d.id, d.endpoint_id, d.tenant_id, d.state, d.visible_at_ms \
     ), ins AS ( \
         INSERT INTO attempts (delivery_id, started_at_ms, duration_ms, status, error_kind, response) \
         SELECT a.id, a.started, a.duration, a.status, a.kind, a.response \
@@ -115,7 +43,8 @@ const SETTLE: &str = "WITH v AS ( \
                     $15::text[]) AS a(id, started, duration, status, kind, response) \
         JOIN upd ON upd.id = a.id \
     ), due AS ( \
-        SELECT sluice_mark_endpoints_due(array_agg(endpoint_id), array_agg(visible_at_ms)) \
+        SELECT sluice_mark_work_due(array_agg(endpoint_id), array_agg(tenant_id), \
+            array_agg(visible_at_ms)) \
         FROM upd WHERE state = 0 \
     ) SELECT upd.id FROM upd, due";
 
@@ -245,19 +174,34 @@ pub(super) async fn probe_room(c: &impl GenericClient) -> StoreResult<()> {
     Ok(())
 }
 
+const TENANT_COLUMNS: &str = "id, name, token_hash, created_at_ms, weight, max_share";
+
 fn tenant_row(r: &Row) -> Tenant {
     Tenant {
         id: r.get(0),
         name: r.get(1),
         token_hash: r.get(2),
         created_at_ms: r.get(3),
+        share: SharePolicy {
+            weight: r.get::<_, Option<i32>>(4).map(|w| w.max(0) as u32),
+            max_share: r.get(5),
+        },
     }
 }
 
 pub(super) async fn create_tenant(c: &impl GenericClient, t: &Tenant) -> StoreResult<()> {
+    let weight = t.share.weight.map(|w| w.min(i32::MAX as u32) as i32);
     c.execute(
-        "INSERT INTO tenants (id, name, token_hash, created_at_ms) VALUES ($1, $2, $3, $4)",
-        &[&t.id, &t.name, &t.token_hash, &t.created_at_ms],
+        "INSERT INTO tenants (id, name, token_hash, created_at_ms, weight, max_share) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[
+            &t.id,
+            &t.name,
+            &t.token_hash,
+            &t.created_at_ms,
+            &weight,
+            &t.share.max_share,
+        ],
     )
     .await
     .map_err(pg)?;
@@ -266,7 +210,9 @@ pub(super) async fn create_tenant(c: &impl GenericClient, t: &Tenant) -> StoreRe
 
 pub(super) async fn tenant(c: &impl GenericClient, id: &str) -> StoreResult<Tenant> {
     let stmt = c
-        .prepare_cached("SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id = $1")
+        .prepare_cached(&format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = $1"
+        ))
         .await
         .map_err(pg)?;
     c.query_opt(&stmt, &[&id])
@@ -281,9 +227,9 @@ pub(super) async fn tenant_by_token(
     hash: &str,
 ) -> StoreResult<Option<Tenant>> {
     let stmt = c
-        .prepare_cached(
-            "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE token_hash = $1",
-        )
+        .prepare_cached(&format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE token_hash = $1"
+        ))
         .await
         .map_err(pg)?;
     let row = c.query_opt(&stmt, &[&hash]).await.map_err(pg)?;
@@ -297,13 +243,55 @@ pub(super) async fn list_tenants(
 ) -> StoreResult<Vec<Tenant>> {
     let rows = c
         .query(
-            "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id > $1 \
-             ORDER BY id LIMIT $2",
+            &format!("SELECT {TENANT_COLUMNS} FROM tenants WHERE id > $1 ORDER BY id LIMIT $2"),
             &[&after, &i64::from(limit)],
         )
         .await
         .map_err(pg)?;
     Ok(rows.iter().map(tenant_row).collect())
+}
+
+pub(super) async fn set_tenant_share(
+    c: &impl GenericClient,
+    id: &str,
+    share: &SharePolicy,
+) -> StoreResult<()> {
+    let weight = share.weight.map(|w| w.min(i32::MAX as u32) as i32);
+    let n = c
+        .execute(
+            "UPDATE tenants SET weight = $2, max_share = $3 WHERE id = $1",
+            &[&id, &weight, &share.max_share],
+        )
+        .await
+        .map_err(pg)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("tenant"));
+    }
+    Ok(())
+}
+
+pub(super) async fn tenant_backlog(
+    c: &impl GenericClient,
+    id: &str,
+    now_ms: i64,
+) -> StoreResult<TenantBacklog> {
+    let row = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM due_endpoints q WHERE q.tenant_id = $1 AND q.due_ms <= $2), \
+                (SELECT min((SELECT min(d.visible_at_ms) FROM deliveries d \
+                    WHERE d.state = 0 AND d.endpoint_id = q.endpoint_id AND d.visible_at_ms <= $2)) \
+                 FROM due_endpoints q WHERE q.tenant_id = $1 AND q.due_ms <= $2), \
+                (SELECT count(*) FROM due_tenants WHERE due_ms <= $2)",
+            &[&id, &now_ms],
+        )
+        .await
+        .map_err(pg)?;
+    let oldest: Option<i64> = row.get(1);
+    Ok(TenantBacklog {
+        due_endpoints: row.get::<_, i64>(0) as u64,
+        oldest_ready_age_ms: oldest.map_or(0, |t| (now_ms - t).max(0)),
+        tenants_due: row.get::<_, i64>(2) as u64,
+    })
 }
 
 pub(super) async fn set_tenant_token(
@@ -330,7 +318,8 @@ pub(super) async fn delete_tenant(c: &impl GenericClient, id: &str) -> StoreResu
         "DELETE FROM deliveries WHERE tenant_id = $1",
         "DELETE FROM messages WHERE tenant_id = $1",
         "DELETE FROM endpoint_events WHERE tenant_id = $1",
-        "DELETE FROM due_endpoints WHERE endpoint_id IN (SELECT id FROM endpoints WHERE tenant_id = $1)",
+        "DELETE FROM due_endpoints WHERE tenant_id = $1",
+        "DELETE FROM due_tenants WHERE tenant_id = $1",
         "DELETE FROM endpoints WHERE tenant_id = $1",
     ] {
         c.execute(sql, &[&id]).await.map_err(pg)?;
@@ -589,11 +578,8 @@ pub(super) async fn set_endpoint_enabled(
 /// again from its earliest ready delivery.
 async fn refresh_due(c: &impl GenericClient, id: &str, enabled: bool) -> StoreResult<()> {
     let sql = if enabled {
-        "INSERT INTO due_endpoints (endpoint_id, due_ms) \
-         SELECT $1, min(visible_at_ms) FROM deliveries WHERE endpoint_id = $1 AND state = 0 \
-         GROUP BY endpoint_id \
-         ON CONFLICT (endpoint_id) DO UPDATE SET due_ms = excluded.due_ms \
-             WHERE due_endpoints.due_ms > excluded.due_ms"
+        "SELECT sluice_mark_work_due(ARRAY[$1], ARRAY[min(tenant_id)], ARRAY[min(visible_at_ms)]) \
+         FROM deliveries WHERE endpoint_id = $1 AND state = 0 HAVING count(*) > 0"
     } else {
         "DELETE FROM due_endpoints WHERE endpoint_id = $1"
     };
@@ -787,98 +773,6 @@ pub(super) async fn list_messages(
         .collect())
 }
 
-/// Claim a batch (one statement, committed on its own), then move the rows of endpoints that
-/// gave less than their room (see [`move_due`]). Nothing is held across the claim's commit:
-/// writers never wait for it. Also returns about how many due-table rows it rewrote.
-pub(super) async fn claim(
-    client: &mut deadpool_postgres::Object,
-    req: &ClaimRequest,
-) -> StoreResult<(Vec<Claimed>, u64)> {
-    if req.limit == 0 {
-        return Ok((Vec::new(), 0));
-    }
-    let token = crate::ids::lease_token();
-    let room_ids: Vec<&str> = req.room.iter().map(|(e, _)| e.as_str()).collect();
-    let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
-    let stmt = client.prepare_cached(CLAIM).await.map_err(pg)?;
-    let rows = client
-        .query(
-            &stmt,
-            &[
-                &req.now_ms,
-                &req.exclude,
-                &i64::from(req.limit),
-                &i64::from(req.per_endpoint.max(1)),
-                &(req.now_ms + req.lease_ms),
-                &token,
-                &room_ids,
-                &room_n,
-            ],
-        )
-        .await
-        .map_err(pg)?;
-    let mut claimed = Vec::with_capacity(rows.len());
-    let mut to_move: Vec<String> = Vec::new();
-    for r in &rows {
-        match r.get::<_, Option<i64>>(0) {
-            Some(delivery_id) => claimed.push(Claimed {
-                delivery_id,
-                message_id: r.get(1),
-                endpoint_id: r.get(2),
-                tenant_id: r.get(3),
-                attempts: r.get::<_, i64>(4) as u32,
-                visible_at_ms: r.get(5),
-                event_type: r.get(6),
-                payload: r.get(7),
-                message_created_at_ms: r.get(8),
-                lease_token: token,
-            }),
-            None => to_move.push(r.get(2)),
-        }
-    }
-    if !to_move.is_empty() {
-        // The claim has committed: a failure here only leaves rows due (a later claim that
-        // finds nothing moves them), never a lease unreturned.
-        if let Err(e) = move_due(client, &to_move, req.now_ms).await {
-            tracing::debug!(error = %e, "postgres: due rows not moved");
-        }
-    }
-    // Rotated rows (one per endpoint that gave a full share) and moved ones.
-    let rotated = claimed.len() as u64 / u64::from(req.per_endpoint.max(1));
-    let written = rotated + to_move.len() as u64;
-    Ok((claimed, written))
-}
-
-/// Move the rows of `endpoints` to their next work, or drop them, where no writer is adding
-/// work for them (see [`LOCK_TO_MOVE`]); the others stay due.
-///
-/// A transaction of its own that does not wait for its WAL to reach disk
-/// (`synchronous_commit = off`): the due table is a hint that may say "due" too early, never too
-/// late, and losing this transaction in a crash leaves the rows as they were, due. So writers
-/// that share a bucket wait only for these two statements, not for a disk flush.
-async fn move_due(
-    client: &mut deadpool_postgres::Object,
-    endpoints: &[String],
-    now_ms: i64,
-) -> StoreResult<()> {
-    let tx = client.transaction().await.map_err(pg)?;
-    let stmt = tx.prepare_cached(LOCK_TO_MOVE).await.map_err(pg)?;
-    let (mut movable, mut kept) = (Vec::new(), Vec::new());
-    for r in tx.query(&stmt, &[&endpoints]).await.map_err(pg)? {
-        let id: String = r.get(0);
-        if r.get::<_, bool>(1) {
-            movable.push(id);
-        } else {
-            kept.push(id);
-        }
-    }
-    let stmt = tx.prepare_cached(MOVE_DUE).await.map_err(pg)?;
-    tx.execute(&stmt, &[&movable, &kept, &now_ms])
-        .await
-        .map_err(pg)?;
-    tx.commit().await.map_err(pg)
-}
-
 pub(super) async fn settle(
     c: &impl GenericClient,
     settlements: &[Settlement],
@@ -1016,8 +910,9 @@ pub(super) async fn reap(
         .query_one(
             "WITH r AS (UPDATE deliveries SET state = 0, visible_at_ms = $1, \
              lease_until_ms = NULL, lease_token = NULL, expiries = expiries + 1, updated_at_ms = $1 \
-             WHERE state = 1 AND lease_until_ms < $1 RETURNING endpoint_id, visible_at_ms) \
-             SELECT count(*), sluice_mark_endpoints_due(array_agg(endpoint_id), \
+             WHERE state = 1 AND lease_until_ms < $1 \
+             RETURNING endpoint_id, tenant_id, visible_at_ms) \
+             SELECT count(*), sluice_mark_work_due(array_agg(endpoint_id), array_agg(tenant_id), \
                  array_agg(visible_at_ms)) FROM r",
             &[&now_ms],
         )
@@ -1141,8 +1036,9 @@ pub(super) async fn endpoint_attempts(
 /// counts them.
 const MAKE_READY: &str = "WITH r AS (UPDATE deliveries SET state = 0, attempts = 0, \
     expiries = 0, visible_at_ms = $1, last_error = $2, updated_at_ms = $1";
-const MARK: &str = "RETURNING endpoint_id, visible_at_ms) SELECT count(*), \
-    sluice_mark_endpoints_due(array_agg(endpoint_id), array_agg(visible_at_ms)) FROM r";
+const MARK: &str = "RETURNING endpoint_id, tenant_id, visible_at_ms) SELECT count(*), \
+    sluice_mark_work_due(array_agg(endpoint_id), array_agg(tenant_id), array_agg(visible_at_ms)) \
+    FROM r";
 
 pub(super) async fn replay(
     c: &impl GenericClient,

@@ -17,19 +17,6 @@ const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, se
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
 
-/// Due endpoints, longest due first (ties by id); the caller skips the ones it excludes.
-const CLAIM_ENDPOINTS: &str = "SELECT q.endpoint_id FROM due_endpoints q \
-     JOIN endpoints e ON e.id = q.endpoint_id AND e.enabled = 1 \
-     WHERE q.due_ms <= ?1 ORDER BY q.due_ms, q.endpoint_id LIMIT ?2";
-/// When an endpoint next has work, once this claim's picks are leased.
-const NEXT_DUE: &str =
-    "SELECT min(visible_at_ms) FROM deliveries WHERE endpoint_id = ?1 AND state = 0";
-const CLAIM_DUE: &str = "SELECT id, message_id, tenant_id, attempts, visible_at_ms FROM deliveries \
-     WHERE state = 0 AND endpoint_id = ?1 AND visible_at_ms <= ?2 ORDER BY visible_at_ms LIMIT ?3";
-const CLAIM_MARK: &str = "UPDATE deliveries SET state = 1, lease_until_ms = ?1, lease_token = ?2, \
-     updated_at_ms = ?3 WHERE id = ?4";
-const MESSAGE_BODY: &str = "SELECT event_type, payload, created_at_ms FROM messages WHERE id = ?1";
-
 /// One outcome; a settle ends its lease normally, so it also ends any run of lease expiries.
 const SETTLE: &str = "UPDATE deliveries SET state = ?1, visible_at_ms = COALESCE(?2, visible_at_ms), \
      attempts = attempts + ?3, lease_until_ms = NULL, lease_token = NULL, expiries = 0, \
@@ -103,45 +90,73 @@ pub(super) fn probe_room(c: &Connection) -> StoreResult<()> {
     room.map(|_| ())
 }
 
+const TENANT_COLUMNS: &str = "id, name, token_hash, created_at_ms, weight, max_share";
+
 fn tenant_row(r: &Row) -> rusqlite::Result<Tenant> {
     Ok(Tenant {
         id: r.get(0)?,
         name: r.get(1)?,
         token_hash: r.get(2)?,
         created_at_ms: r.get(3)?,
+        share: SharePolicy {
+            weight: r.get(4)?,
+            max_share: r.get(5)?,
+        },
     })
 }
 
 pub(super) fn create_tenant(c: &Connection, t: &Tenant) -> StoreResult<()> {
     c.execute(
-        "INSERT INTO tenants (id, name, token_hash, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
-        params![t.id, t.name, t.token_hash, t.created_at_ms],
+        "INSERT INTO tenants (id, name, token_hash, created_at_ms, weight, max_share) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            t.id,
+            t.name,
+            t.token_hash,
+            t.created_at_ms,
+            t.share.weight,
+            t.share.max_share
+        ],
     )
     .map_err(db)?;
     Ok(())
 }
 
 pub(super) fn tenant(c: &Connection, id: &str) -> StoreResult<Tenant> {
-    c.prepare_cached("SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id = ?1")
-        .and_then(|mut s| s.query_row([id], tenant_row).optional())
-        .map_err(db)?
-        .ok_or(StoreError::NotFound("tenant"))
+    c.prepare_cached(&format!(
+        "SELECT {TENANT_COLUMNS} FROM tenants WHERE id = ?1"
+    ))
+    .and_then(|mut s| s.query_row([id], tenant_row).optional())
+    .map_err(db)?
+    .ok_or(StoreError::NotFound("tenant"))
 }
 
 pub(super) fn tenant_by_token(c: &Connection, hash: &str) -> StoreResult<Option<Tenant>> {
-    c.prepare_cached(
-        "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE token_hash = ?1",
-    )
+    c.prepare_cached(&format!(
+        "SELECT {TENANT_COLUMNS} FROM tenants WHERE token_hash = ?1"
+    ))
     .and_then(|mut s| s.query_row([hash], tenant_row).optional())
     .map_err(db)
 }
 
+pub(super) fn set_tenant_share(c: &Connection, id: &str, share: &SharePolicy) -> StoreResult<()> {
+    let n = c
+        .execute(
+            "UPDATE tenants SET weight = ?2, max_share = ?3 WHERE id = ?1",
+            params![id, share.weight, share.max_share],
+        )
+        .map_err(db)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("tenant"));
+    }
+    Ok(())
+}
+
 pub(super) fn list_tenants(c: &Connection, after: &str, limit: u32) -> StoreResult<Vec<Tenant>> {
     let mut s = c
-        .prepare_cached(
-            "SELECT id, name, token_hash, created_at_ms FROM tenants WHERE id > ?1 \
-             ORDER BY id LIMIT ?2",
-        )
+        .prepare_cached(&format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants WHERE id > ?1 ORDER BY id LIMIT ?2"
+        ))
         .map_err(db)?;
     let rows = s.query_map(params![after, limit], tenant_row).map_err(db)?;
     rows.collect::<Result<_, _>>().map_err(db)
@@ -171,6 +186,7 @@ pub(super) fn delete_tenant(c: &Connection, id: &str) -> StoreResult<()> {
         "DELETE FROM messages WHERE tenant_id = ?1",
         "DELETE FROM endpoint_events WHERE tenant_id = ?1",
         "DELETE FROM endpoints WHERE tenant_id = ?1",
+        "DELETE FROM due_tenants WHERE tenant_id = ?1",
     ] {
         c.execute(sql, [id]).map_err(db)?;
     }
@@ -392,9 +408,9 @@ pub(super) fn set_endpoint_enabled(
 /// again from its earliest ready delivery.
 fn refresh_due(c: &Connection, id: &str, enabled: bool) -> StoreResult<()> {
     let sql = if enabled {
-        "INSERT INTO due_endpoints (endpoint_id, due_ms) \
-         SELECT ?1, min(visible_at_ms) FROM deliveries WHERE endpoint_id = ?1 AND state = 0 \
-         GROUP BY endpoint_id \
+        "INSERT INTO due_endpoints (endpoint_id, tenant_id, due_ms) \
+         SELECT ?1, min(tenant_id), min(visible_at_ms) FROM deliveries \
+         WHERE endpoint_id = ?1 AND state = 0 GROUP BY endpoint_id \
          ON CONFLICT (endpoint_id) DO UPDATE SET due_ms = excluded.due_ms \
              WHERE excluded.due_ms < due_endpoints.due_ms"
     } else {
@@ -445,11 +461,12 @@ pub(super) fn enqueue(
              visible_at_ms, created_at_ms, updated_at_ms) VALUES (?1, ?2, ?3, 0, 0, ?4, ?4, ?4)",
         )
         .map_err(db)?;
-    // Endpoints given work by this batch, each marked due once (see migration 3).
-    let mut due: HashSet<String> = HashSet::new();
-    let mut mark_due = |endpoint: &String| {
-        if !due.contains(endpoint) {
-            due.insert(endpoint.clone());
+    // Endpoints given work by this batch, each marked due once (see migration 3), with their
+    // tenant (the due-tenant row follows by trigger, see migration 6).
+    let mut due: HashMap<String, String> = HashMap::new();
+    let mut mark_due = |endpoint: &String, tenant: &String| {
+        if !due.contains_key(endpoint) {
+            due.insert(endpoint.clone(), tenant.clone());
         }
     };
     for m in messages {
@@ -480,7 +497,7 @@ pub(super) fn enqueue(
             insert_delivery
                 .execute(params![m.id, only, m.tenant_id, now_ms])
                 .map_err(db)?;
-            mark_due(only);
+            mark_due(only, &m.tenant_id);
             deliveries = 1;
         } else {
             let key = (m.tenant_id.as_str(), m.event_type.as_str());
@@ -492,7 +509,7 @@ pub(super) fn enqueue(
                 insert_delivery
                     .execute(params![m.id, endpoint, m.tenant_id, now_ms])
                     .map_err(db)?;
-                mark_due(endpoint);
+                mark_due(endpoint, &m.tenant_id);
                 deliveries += 1;
             }
         }
@@ -500,15 +517,17 @@ pub(super) fn enqueue(
     }
     let mut upsert = c
         .prepare_cached(
-            "INSERT INTO due_endpoints (endpoint_id, due_ms) VALUES (?1, ?2) \
+            "INSERT INTO due_endpoints (endpoint_id, tenant_id, due_ms) VALUES (?1, ?2, ?3) \
              ON CONFLICT (endpoint_id) DO UPDATE SET due_ms = excluded.due_ms \
                  WHERE excluded.due_ms < due_endpoints.due_ms",
         )
         .map_err(db)?;
-    for endpoint in &due {
-        upsert.execute(params![endpoint, now_ms]).map_err(db)?;
+    for (endpoint, tenant) in &due {
+        upsert
+            .execute(params![endpoint, tenant, now_ms])
+            .map_err(db)?;
     }
-    Ok((out, due))
+    Ok((out, due.into_keys().collect()))
 }
 
 /// The enabled endpoints of `tenant` whose filters match `event_type`, through the fan-out index:
@@ -586,139 +605,6 @@ pub(super) fn list_messages(c: &Connection, f: &MessageFilter) -> StoreResult<Ve
         })
         .map_err(db)?;
     rows.collect::<Result<_, _>>().map_err(db)
-}
-
-struct Picked {
-    id: i64,
-    message_id: String,
-    endpoint_id: String,
-    tenant_id: String,
-    attempts: u32,
-    visible_at_ms: i64,
-}
-
-pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<Vec<Claimed>> {
-    let limit = req.limit as usize;
-    if limit == 0 {
-        return Ok(Vec::new());
-    }
-    let exclude: HashSet<&str> = req.exclude.iter().map(String::as_str).collect();
-    let room: HashMap<&str, u32> = req.room.iter().map(|(e, n)| (e.as_str(), *n)).collect();
-    // Enough due endpoints to fill the batch at one delivery each, past the excluded ones.
-    let wanted = limit + exclude.len();
-    let endpoints: Vec<String> = c
-        .prepare_cached(CLAIM_ENDPOINTS)
-        .map_err(db)?
-        .query_map(params![req.now_ms, wanted as i64], |r| r.get(0))
-        .map_err(db)?
-        .collect::<Result<_, _>>()
-        .map_err(db)?;
-    let mut picked: Vec<Picked> = Vec::with_capacity(limit);
-    // Each endpoint looked at, and whether it gave all the room it was asked for (so it may
-    // have more due work).
-    let mut visited: Vec<(&str, bool)> = Vec::with_capacity(limit);
-    let mut due = c.prepare_cached(CLAIM_DUE).map_err(db)?;
-    for endpoint in &endpoints {
-        if picked.len() >= limit {
-            break;
-        }
-        if exclude.contains(endpoint.as_str()) {
-            continue;
-        }
-        let share = room
-            .get(endpoint.as_str())
-            .copied()
-            .unwrap_or(req.per_endpoint)
-            .min(req.per_endpoint)
-            .max(1);
-        let room = (limit - picked.len()).min(share as usize);
-        let before = picked.len();
-        let mut found = due
-            .query(params![endpoint, req.now_ms, room as i64])
-            .map_err(db)?;
-        while let Some(r) = found.next().map_err(db)? {
-            picked.push(Picked {
-                id: r.get(0).map_err(db)?,
-                message_id: r.get(1).map_err(db)?,
-                endpoint_id: endpoint.clone(),
-                tenant_id: r.get(2).map_err(db)?,
-                attempts: r.get(3).map_err(db)?,
-                visible_at_ms: r.get(4).map_err(db)?,
-            });
-        }
-        visited.push((endpoint, picked.len() - before == room));
-    }
-    // Fewer due endpoints than asked for: every claim sees them all, no turn to keep.
-    let rotate = endpoints.len() >= wanted;
-    if picked.is_empty() {
-        reschedule(c, &visited, req.now_ms, rotate)?;
-        return Ok(Vec::new());
-    }
-    let token = crate::ids::lease_token();
-    let lease_until = req.now_ms + req.lease_ms;
-    let mut mark = c.prepare_cached(CLAIM_MARK).map_err(db)?;
-    let mut body = c.prepare_cached(MESSAGE_BODY).map_err(db)?;
-    let mut bodies: HashMap<String, (String, String, i64)> = HashMap::new();
-    let mut out = Vec::with_capacity(picked.len());
-    for p in picked {
-        mark.execute(params![lease_until, token, req.now_ms, p.id])
-            .map_err(db)?;
-        if !bodies.contains_key(&p.message_id) {
-            let row = body
-                .query_row([&p.message_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .map_err(db)?;
-            bodies.insert(p.message_id.clone(), row);
-        }
-        let (event_type, payload, created) = &bodies[&p.message_id];
-        out.push(Claimed {
-            delivery_id: p.id,
-            lease_token: token,
-            message_id: p.message_id,
-            endpoint_id: p.endpoint_id,
-            tenant_id: p.tenant_id,
-            attempts: p.attempts,
-            event_type: event_type.clone(),
-            payload: payload.clone(),
-            message_created_at_ms: *created,
-            visible_at_ms: p.visible_at_ms,
-        });
-    }
-    reschedule(c, &visited, req.now_ms, rotate)?;
-    Ok(out)
-}
-
-/// After a claim: an endpoint that gave all the room asked of it may have more due work and keeps
-/// its row (moved behind the others when `rotate`: round robin among more due endpoints than one
-/// claim reads); one that gave less has no due work left, so its row moves to its next work or
-/// goes.
-fn reschedule(
-    c: &Connection,
-    visited: &[(&str, bool)],
-    now_ms: i64,
-    rotate: bool,
-) -> StoreResult<()> {
-    let mut next = c.prepare_cached(NEXT_DUE).map_err(db)?;
-    let mut set = c
-        .prepare_cached("UPDATE due_endpoints SET due_ms = ?2 WHERE endpoint_id = ?1")
-        .map_err(db)?;
-    let mut drop = c
-        .prepare_cached("DELETE FROM due_endpoints WHERE endpoint_id = ?1")
-        .map_err(db)?;
-    for &(endpoint, full) in visited {
-        if full {
-            if rotate {
-                set.execute(params![endpoint, now_ms]).map_err(db)?;
-            }
-            continue;
-        }
-        let at: Option<i64> = next.query_row([endpoint], |r| r.get(0)).map_err(db)?;
-        match at {
-            Some(at) => set.execute(params![endpoint, at.max(now_ms)]),
-            None => drop.execute([endpoint]),
-        }
-        .map_err(db)?;
-    }
-    Ok(())
 }
 
 pub(super) fn settle(
@@ -1084,4 +970,24 @@ pub(super) fn queue_stats(c: &Connection, now_ms: i64) -> StoreResult<QueueStats
             .push((tenant, oldest.map_or(0, |t| (now_ms - t).max(0))));
     }
     Ok(stats)
+}
+
+pub(super) fn tenant_backlog(c: &Connection, id: &str, now_ms: i64) -> StoreResult<TenantBacklog> {
+    let (due_endpoints, oldest): (i64, Option<i64>) = c
+        .prepare_cached(
+            "SELECT count(*), min((SELECT min(d.visible_at_ms) FROM deliveries d \
+             WHERE d.state = 0 AND d.endpoint_id = q.endpoint_id AND d.visible_at_ms <= ?2)) \
+             FROM due_endpoints q WHERE q.tenant_id = ?1 AND q.due_ms <= ?2",
+        )
+        .and_then(|mut s| s.query_row(params![id, now_ms], |r| Ok((r.get(0)?, r.get(1)?))))
+        .map_err(db)?;
+    let tenants_due: i64 = c
+        .prepare_cached("SELECT count(*) FROM due_tenants WHERE due_ms <= ?1")
+        .and_then(|mut s| s.query_row([now_ms], |r| r.get(0)))
+        .map_err(db)?;
+    Ok(TenantBacklog {
+        due_endpoints: due_endpoints as u64,
+        oldest_ready_age_ms: oldest.map_or(0, |t| (now_ms - t).max(0)),
+        tenants_due: tenants_due as u64,
+    })
 }

@@ -1,0 +1,350 @@
+//! The PostgreSQL driver's claim: fair across tenants first ([`crate::fairness`], the same order
+//! as the embedded driver's), then round robin over each tenant's due endpoints, in one
+//! statement committed on its own; the due tables are corrected after it, in a transaction of
+//! their own that never waits for a writer.
+
+use std::collections::BTreeSet;
+
+use tokio_postgres::types::ToSql;
+
+use super::pg;
+use crate::store::*;
+
+/// The claim. Tenants: the lowest passes and the longest-waiting newly due (`ten0`, each read
+/// through its index, stepping over tenants whose due endpoints are all excluded), merged by
+/// effective pass (new ones start at the floor `$9` and win ties), the first `$3` kept (`sel`);
+/// while more than one waits, each has its room under its ceiling (`$10`/`$11`) and one at its
+/// ceiling is left out. Quotas: the level θ and `⌈(θ − pass) × weight ÷ cost⌉` of
+/// [`crate::fairness::quotas`]. Rows: each tenant's due endpoints oldest first, locked against
+/// other claimers (SKIP LOCKED), each giving up to its room (`$7`/`$8`, at most `$4`) of due
+/// deliveries through the ready index, until the tenant's quota is read (an endpoint with none
+/// due counts one). Then the `$3` lowest start tags (`pass + k × cost ÷ weight`, ties by tenant
+/// and `k`) are leased, as [`crate::fairness::choose`] picks them. An endpoint taken to its last
+/// due delivery is returned to be moved; one served with more behind it goes behind its
+/// tenant's others when they wait.
+///
+/// Returns rows of four kinds (`kind`): 0 a leased delivery with its tenant's pass and policy;
+/// 1 an endpoint with no due work left; 2 a tenant whose row said due but that has no due
+/// endpoint (both corrected after the claim); 3 the floor, the lowest pass among the tenants
+/// looked at.
+///
+/// Every table is reached through its key (scalar subqueries, `LATERAL … LIMIT`, `= ANY`),
+/// never a join the planner might turn into a scan while its statistics are young.
+const CLAIM: &str = "WITH fl AS ( \
+        SELECT COALESCE($9::float8, (SELECT max(pass) FROM due_tenants), 0) AS f \
+    ), ten0 AS ( \
+        (SELECT t.tenant_id, t.pass, t.cost, o.ok FROM due_tenants t CROSS JOIN LATERAL ( \
+            SELECT EXISTS (SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
+                AND q.due_ms <= $1::bigint AND NOT (q.endpoint_id = ANY($2))) AS ok) o \
+         WHERE t.pass IS NOT NULL AND t.due_ms <= $1::bigint AND (o.ok OR NOT EXISTS ( \
+            SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
+                AND q.due_ms <= $1::bigint)) \
+         ORDER BY t.pass, t.tenant_id LIMIT $3::bigint + 16) \
+        UNION ALL \
+        (SELECT t.tenant_id, t.pass, t.cost, o.ok FROM due_tenants t CROSS JOIN LATERAL ( \
+            SELECT EXISTS (SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
+                AND q.due_ms <= $1::bigint AND NOT (q.endpoint_id = ANY($2))) AS ok) o \
+         WHERE t.pass IS NULL AND t.due_ms <= $1::bigint AND (o.ok OR NOT EXISTS ( \
+            SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
+                AND q.due_ms <= $1::bigint)) \
+         ORDER BY t.due_ms, t.tenant_id LIMIT $3::bigint + 16) \
+    ), ten AS ( \
+        SELECT x.tenant_id, GREATEST(COALESCE(x.pass, fl.f), fl.f) AS pass, x.pass IS NULL AS fresh, \
+            GREATEST(1, COALESCE(w.weight, $12::int)) AS weight, w.weight AS own_weight, \
+            w.max_share, GREATEST(COALESCE(x.cost, $13::float8), 1e-6) AS cost, \
+            COALESCE((SELECT r.n FROM unnest($10::text[], $11::bigint[]) AS r(id, n) \
+                WHERE r.id = x.tenant_id LIMIT 1), $3::bigint) AS troom \
+        FROM ten0 x CROSS JOIN fl CROSS JOIN LATERAL (SELECT t.weight, t.max_share FROM tenants t \
+            WHERE t.id = x.tenant_id LIMIT 1) w WHERE x.ok \
+    ), cont AS ( \
+        SELECT count(*) > 1 AS c FROM ten \
+    ), sel0 AS ( \
+        SELECT ten.tenant_id, ten.pass, ten.weight, ten.own_weight, ten.max_share, \
+            ten.weight / ten.cost AS rate, CASE WHEN cont.c THEN ten.troom ELSE $3::bigint END AS troom, \
+            row_number() OVER (ORDER BY ten.pass, ten.fresh DESC, ten.tenant_id) AS rank \
+        FROM ten CROSS JOIN cont WHERE NOT (cont.c AND ten.troom = 0) \
+    ), sel1 AS ( \
+        SELECT * FROM sel0 WHERE rank <= $3::bigint \
+    ), lvl AS ( \
+        SELECT min(($3::bigint + p.spr) / p.sr) AS theta FROM ( \
+            SELECT sum(pass * rate) OVER w AS spr, sum(rate) OVER w AS sr FROM sel1 \
+            WINDOW w AS (ORDER BY pass, rank)) p \
+    ), sel AS ( \
+        SELECT sel1.*, LEAST(sel1.troom, $3::bigint, \
+            GREATEST(0, ceil((lvl.theta - sel1.pass) * sel1.rate)))::bigint AS quota \
+        FROM sel1 CROSS JOIN lvl \
+    ), rows0 AS ( \
+        SELECT sel.tenant_id, r.endpoint_id, r.due_ms, r.room, r.id, r.visible_at_ms \
+        FROM sel CROSS JOIN LATERAL ( \
+            SELECT q.endpoint_id, q.due_ms, q.room, d.id, d.visible_at_ms FROM ( \
+                SELECT q.endpoint_id, q.due_ms, GREATEST(1, LEAST($4::bigint, COALESCE((SELECT r.n \
+                    FROM unnest($7::text[], $8::bigint[]) AS r(id, n) WHERE r.id = q.endpoint_id \
+                    LIMIT 1), $4::bigint))) AS room \
+                FROM due_endpoints q \
+                WHERE q.tenant_id = sel.tenant_id AND q.due_ms <= $1::bigint \
+                  AND NOT (q.endpoint_id = ANY($2)) \
+                  AND (SELECT e.enabled FROM endpoints e WHERE e.id = q.endpoint_id) \
+                ORDER BY q.due_ms, q.endpoint_id LIMIT $3::bigint \
+                FOR NO KEY UPDATE OF q SKIP LOCKED) q \
+            LEFT JOIN LATERAL ( \
+                SELECT d.id, d.visible_at_ms FROM deliveries d \
+                WHERE d.endpoint_id = q.endpoint_id AND d.state = 0 AND d.visible_at_ms <= $1::bigint \
+                ORDER BY d.visible_at_ms LIMIT q.room) d ON true \
+            LIMIT sel.quota) r \
+        WHERE sel.quota > 0 \
+    ), numbered AS ( \
+        SELECT r.*, row_number() OVER (PARTITION BY r.tenant_id \
+            ORDER BY r.due_ms, r.endpoint_id, r.visible_at_ms, r.id) - 1 AS k \
+        FROM rows0 r WHERE r.id IS NOT NULL \
+    ), chosen AS ( \
+        SELECT n.id FROM numbered n \
+        CROSS JOIN LATERAL (SELECT s.pass, s.rate FROM sel s WHERE s.tenant_id = n.tenant_id) s \
+        ORDER BY s.pass + n.k / s.rate, n.tenant_id, n.k LIMIT $3::bigint \
+    ), picked AS ( \
+        SELECT d.id FROM deliveries d WHERE d.id = ANY(ARRAY(SELECT id FROM chosen)) AND d.state = 0 \
+        FOR UPDATE SKIP LOCKED \
+    ), leased AS ( \
+        UPDATE deliveries d SET state = 1, lease_until_ms = $5, lease_token = $6, \
+            updated_at_ms = $1::bigint \
+        WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) \
+        RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempts, d.visible_at_ms \
+    ), eps AS ( \
+        SELECT r.tenant_id, r.endpoint_id, r.due_ms, min(r.room) AS room, count(r.id) AS supply, \
+            count(p.id) AS got, count(*) AS used \
+        FROM rows0 r LEFT JOIN picked p ON p.id = r.id \
+        GROUP BY r.tenant_id, r.endpoint_id, r.due_ms \
+    ), judged AS ( \
+        SELECT e.endpoint_id, e.tenant_id, e.supply, e.got, \
+            LEAST(e.room, s.quota - ((sum(e.used) OVER (PARTITION BY e.tenant_id \
+                ORDER BY e.due_ms, e.endpoint_id))::bigint - e.used)) AS asked, \
+            (sum(e.used) OVER (PARTITION BY e.tenant_id) >= s.quota \
+                OR count(*) OVER (PARTITION BY e.tenant_id) >= $3::bigint) AS keeps \
+        FROM eps e CROSS JOIN LATERAL (SELECT s.quota FROM sel s WHERE s.tenant_id = e.tenant_id) s \
+    ), rotated AS ( \
+        UPDATE due_endpoints q SET due_ms = $1::bigint FROM judged j \
+        WHERE q.endpoint_id = j.endpoint_id AND j.supply >= j.asked AND j.got > 0 AND j.keeps \
+    ) \
+    SELECT 0 AS kind, l.id, l.message_id, l.endpoint_id, l.tenant_id, l.attempts, \
+           l.visible_at_ms, m.event_type, m.payload, m.created_at_ms, \
+           s.pass, s.own_weight, s.max_share \
+    FROM leased l CROSS JOIN LATERAL (SELECT event_type, payload, created_at_ms FROM messages \
+        WHERE id = l.message_id LIMIT 1) m \
+    CROSS JOIN LATERAL (SELECT * FROM sel s WHERE s.tenant_id = l.tenant_id LIMIT 1) s \
+    UNION ALL \
+    SELECT 1, NULL, NULL, endpoint_id, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+    FROM judged WHERE supply < asked AND got = supply \
+    UNION ALL \
+    SELECT 2, NULL, NULL, NULL, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+    FROM ten0 WHERE NOT ok \
+    UNION ALL \
+    SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(pass), NULL, NULL \
+    FROM sel HAVING count(*) > 0";
+
+/// Charge the dispatcher's previous claims to the tenants' passes, in a statement (and an
+/// implicit transaction) of its own ahead of the claim.
+const CHARGE: &str =
+    "SELECT sluice_charge_tenants($1::text[], $2::float8[], $3::float8[], $4::int[], $5, $6)";
+
+/// Moving an endpoint or a tenant later, or dropping it, is only safe while no writer is adding
+/// work for it: writers hold their endpoints' and tenants' buckets shared until commit (see
+/// migrations 3 and 8), so take each bucket exclusively, without waiting; what is in buckets
+/// taken can be moved. It also turns off the wait for this transaction's WAL flush (see
+/// [`move_due`]), saving a round trip for a `SET LOCAL`.
+const LOCK_TO_MOVE: &str = "SELECT id, pg_try_advisory_xact_lock(1397, hashtext(id) & 63), \
+    set_config('synchronous_commit', 'off', true) FROM unnest($1::text[]) AS id";
+const LOCK_TENANTS: &str = "SELECT id, pg_try_advisory_xact_lock(1398, hashtext(id) & 63), \
+    set_config('synchronous_commit', 'off', true) FROM unnest($1::text[]) AS id";
+
+/// Runs after [`LOCK_TO_MOVE`], so it sees every delivery committed before the lock: `$1` (the
+/// endpoints of buckets taken) move to their next work (no earlier than now: behind the others)
+/// or go; `$2` (the others) stay due, behind the rest (round robin), for a later claim to look
+/// at again.
+const MOVE_DUE: &str = "WITH n AS ( \
+        SELECT v.id, (SELECT min(d.visible_at_ms) FROM deliveries d \
+            WHERE d.endpoint_id = v.id AND d.state = 0) AS next \
+        FROM unnest($1::text[]) AS v(id) \
+    ), gone AS ( \
+        DELETE FROM due_endpoints q USING n WHERE q.endpoint_id = n.id AND n.next IS NULL \
+    ), kept AS ( \
+        UPDATE due_endpoints SET due_ms = GREATEST(due_ms, $3) WHERE endpoint_id = ANY($2) \
+    ) \
+    UPDATE due_endpoints q SET due_ms = GREATEST(n.next, $3) FROM n \
+    WHERE q.endpoint_id = n.id AND n.next IS NOT NULL";
+
+/// Runs after [`MOVE_DUE`], for the tenants of buckets taken: a tenant with no endpoint due now
+/// moves to its next work, or to never (the largest `bigint`: the row stays, with its cost,
+/// until new work lowers it), and loses its pass (it starts at the floor when it returns).
+/// Rows are locked in tenant order, as the charges lock them.
+const CORRECT_TENANTS: &str = "WITH n AS ( \
+        SELECT v.id, COALESCE((SELECT min(q.due_ms) FROM due_endpoints q WHERE q.tenant_id = v.id), \
+            9223372036854775807) AS next \
+        FROM unnest($1::text[]) AS v(id) \
+    ), l AS ( \
+        SELECT q.tenant_id FROM due_tenants q JOIN n ON n.id = q.tenant_id \
+        WHERE n.next > $2 ORDER BY q.tenant_id FOR NO KEY UPDATE OF q \
+    ) \
+    UPDATE due_tenants q SET due_ms = n.next, pass = NULL FROM n \
+    WHERE q.tenant_id = n.id AND n.next > $2 AND q.tenant_id IN (SELECT tenant_id FROM l)";
+
+/// Apply the request's charges and claim a batch (pipelined: one round trip), then correct the
+/// due tables where the claim found less than they promised (see [`move_due`]). Nothing is
+/// held across the claim's commit: writers never wait for it. Also returns about how many
+/// due-table rows it rewrote.
+pub(super) async fn claim(
+    client: &mut deadpool_postgres::Object,
+    req: &ClaimRequest,
+) -> StoreResult<(ClaimBatch, u64)> {
+    let charge = async {
+        if req.charges.is_empty() {
+            return;
+        }
+        let ids: Vec<&str> = req.charges.iter().map(|c| c.tenant_id.as_str()).collect();
+        let starts: Vec<f64> = req.charges.iter().map(|c| c.start).collect();
+        let seconds: Vec<f64> = req.charges.iter().map(|c| c.seconds).collect();
+        let counts: Vec<i32> = req
+            .charges
+            .iter()
+            .map(|c| c.deliveries.min(i32::MAX as u32) as i32)
+            .collect();
+        let weight = req.default_weight.clamp(1, i32::MAX as u32) as i32;
+        let result = match client.prepare_cached(CHARGE).await {
+            Ok(stmt) => {
+                client
+                    .execute(
+                        &stmt,
+                        &[&ids, &starts, &seconds, &counts, &weight, &req.now_ms],
+                    )
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        // A charge that did not land only leaves a tenant's pass behind by one claim.
+        if let Err(e) = result {
+            tracing::debug!(error = %super::errors::cause(&e), "postgres: charges not applied");
+        }
+    };
+    if req.limit == 0 {
+        charge.await;
+        return Ok((ClaimBatch::default(), 0));
+    }
+    let token = crate::ids::lease_token();
+    let room_ids: Vec<&str> = req.room.iter().map(|(e, _)| e.as_str()).collect();
+    let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
+    let tenant_ids: Vec<&str> = req.tenant_room.iter().map(|(t, _)| t.as_str()).collect();
+    let tenant_n: Vec<i64> = req.tenant_room.iter().map(|(_, n)| i64::from(*n)).collect();
+    let weight = req.default_weight.clamp(1, i32::MAX as u32) as i32;
+    let stmt = client.prepare_cached(CLAIM).await.map_err(pg)?;
+    let params: [&(dyn ToSql + Sync); 13] = [
+        &req.now_ms,
+        &req.exclude,
+        &i64::from(req.limit),
+        &i64::from(req.per_endpoint.max(1)),
+        &(req.now_ms + req.lease_ms),
+        &token,
+        &room_ids,
+        &room_n,
+        &req.fair_floor,
+        &tenant_ids,
+        &tenant_n,
+        &weight,
+        &crate::fairness::DEFAULT_COST,
+    ];
+    // Both sent at once; the server runs the charges first, the claim sees them.
+    let ((), rows) = tokio::join!(charge, client.query(&stmt, &params));
+    let rows = rows.map_err(pg)?;
+    let mut batch = ClaimBatch::default();
+    let mut to_move: Vec<String> = Vec::new();
+    let mut tenants: BTreeSet<String> = BTreeSet::new();
+    for r in &rows {
+        match r.get::<_, i32>(0) {
+            0 => batch.claimed.push(Claimed {
+                delivery_id: r.get(1),
+                message_id: r.get(2),
+                endpoint_id: r.get(3),
+                tenant_id: r.get(4),
+                attempts: r.get::<_, i64>(5) as u32,
+                visible_at_ms: r.get(6),
+                event_type: r.get(7),
+                payload: r.get(8),
+                message_created_at_ms: r.get(9),
+                lease_token: token,
+                tenant_pass: r.get(10),
+                tenant_share: SharePolicy {
+                    weight: r.get::<_, Option<i32>>(11).map(|w| w.max(0) as u32),
+                    max_share: r.get(12),
+                },
+            }),
+            1 => {
+                to_move.push(r.get(3));
+                tenants.insert(r.get(4));
+            }
+            2 => {
+                tenants.insert(r.get(4));
+            }
+            _ => batch.floor = r.get(10),
+        }
+    }
+    let moved = to_move.len() as u64;
+    if !to_move.is_empty() || !tenants.is_empty() {
+        // The claim has committed: a failure here only leaves rows due (a later claim that
+        // finds nothing moves them), never a lease unreturned.
+        let tenants: Vec<String> = tenants.into_iter().collect();
+        if let Err(e) = move_due(client, &to_move, &tenants, req.now_ms).await {
+            tracing::debug!(error = %e, "postgres: due rows not moved");
+        }
+    }
+    // Rotated rows (one per endpoint that gave a full share) and moved ones.
+    let rotated = batch.claimed.len() as u64 / u64::from(req.per_endpoint.max(1));
+    Ok((batch, rotated + moved))
+}
+
+/// Move the rows of `endpoints` to their next work, or drop them, and correct the rows of
+/// `tenants`, where no writer is adding work for them (see [`LOCK_TO_MOVE`]); the others stay
+/// due.
+///
+/// A transaction of its own that does not wait for its WAL to reach disk
+/// (`synchronous_commit = off`): the due tables are hints that may say "due" too early, never too
+/// late, and losing this transaction in a crash leaves the rows as they were, due. So writers
+/// that share a bucket wait only for these statements, not for a disk flush.
+async fn move_due(
+    client: &mut deadpool_postgres::Object,
+    endpoints: &[String],
+    tenants: &[String],
+    now_ms: i64,
+) -> StoreResult<()> {
+    let tx = client.transaction().await.map_err(pg)?;
+    let stmt = tx.prepare_cached(LOCK_TO_MOVE).await.map_err(pg)?;
+    let (mut movable, mut kept) = (Vec::new(), Vec::new());
+    for r in tx.query(&stmt, &[&endpoints]).await.map_err(pg)? {
+        let id: String = r.get(0);
+        if r.get::<_, bool>(1) {
+            movable.push(id);
+        } else {
+            kept.push(id);
+        }
+    }
+    if !endpoints.is_empty() {
+        let stmt = tx.prepare_cached(MOVE_DUE).await.map_err(pg)?;
+        tx.execute(&stmt, &[&movable, &kept, &now_ms])
+            .await
+            .map_err(pg)?;
+    }
+    if !tenants.is_empty() {
+        let stmt = tx.prepare_cached(LOCK_TENANTS).await.map_err(pg)?;
+        let correctable: Vec<String> = tx
+            .query(&stmt, &[&tenants])
+            .await
+            .map_err(pg)?
+            .iter()
+            .filter(|r| r.get::<_, bool>(1))
+            .map(|r| r.get(0))
+            .collect();
+        if !correctable.is_empty() {
+            let stmt = tx.prepare_cached(CORRECT_TENANTS).await.map_err(pg)?;
+            tx.execute(&stmt, &[&correctable, &now_ms])
+                .await
+                .map_err(pg)?;
+        }
+    }
+    tx.commit().await.map_err(pg)
+}
