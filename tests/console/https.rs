@@ -109,3 +109,32 @@ async fn https_settings_are_set_in_the_portal_and_secrets_never_shown() {
     );
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_endpoint_page_names_a_certificate_no_one_trusts() {
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let ca = TestCa::new("unknown CA");
+    let server = ca.server(&["127.0.0.1"], sluice_testkit::tls::Validity::Current);
+    let options = sluice_testkit::receiver::Options {
+        tls: Some(sluice_testkit::tls::server_config(&server, &[])),
+        ..Default::default()
+    };
+    let rx =
+        sluice_testkit::receiver::start_with(sluice_testkit::receiver::Behavior::Fast, options)
+            .await
+            .unwrap();
+    let (id, _) = s.endpoint(&token, &rx.url(), json!({})).await;
+    s.send(&token, "order.created", json!({})).await;
+    let c = portal_client(&s, &token).await;
+    let page = format!("/console/portal/endpoints/{id}");
+    let named = crate::support::eventually(std::time::Duration::from_secs(20), || async {
+        c.get(&page)
+            .await
+            .body
+            .contains("presented a TLS certificate no trusted CA signed")
+    })
+    .await;
+    assert!(named, "{}", c.get(&page).await.body);
+    s.stop().await;
+}
