@@ -282,3 +282,37 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` holds every kind once: the metric's label values and the attempt log's names agree.
+    #[test]
+    fn every_error_kind_has_its_own_name() {
+        let names: std::collections::BTreeSet<&str> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), ErrorKind::ALL.len());
+        for kind in ErrorKind::ALL {
+            // An exhaustive match: a new kind fails to compile here until it is in `ALL`.
+            let listed = match kind {
+                ErrorKind::ConnectTimeout
+                | ErrorKind::ReadTimeout
+                | ErrorKind::TotalTimeout
+                | ErrorKind::ConnectionRefused
+                | ErrorKind::ConnectionReset
+                | ErrorKind::Dns
+                | ErrorKind::TlsCertificateUnknown
+                | ErrorKind::TlsCertificateExpired
+                | ErrorKind::TlsCertificateName
+                | ErrorKind::TlsClientCertificate
+                | ErrorKind::TlsHandshake
+                | ErrorKind::TlsTimeout
+                | ErrorKind::TokenEndpoint
+                | ErrorKind::Refused
+                | ErrorKind::Other => true,
+            };
+            assert!(listed);
+        }
+    }
+}

@@ -41,24 +41,40 @@ pub struct TlsProfile {
     pub ca_bundle: Option<String>,
     /// The client certificate presented when the endpoint asks for one.
     pub identity: Option<ClientIdentity>,
+    /// SHA-256 of the two: the key of its HTTP client, computed once here rather than on every
+    /// attempt (and a cache keyed by it never holds the PEM of a key).
+    fingerprint: [u8; 32],
 }
 
 impl TlsProfile {
-    /// A fingerprint of the setting: the key of its HTTP client (SHA-256, so a cache never
-    /// keeps the PEM text of a key twice).
-    pub fn fingerprint(&self) -> [u8; 32] {
+    /// The setting of `ca_bundle` and `identity`.
+    pub fn new(ca_bundle: Option<String>, identity: Option<ClientIdentity>) -> Self {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
         for part in [
-            self.ca_bundle.as_deref(),
-            self.identity.as_ref().map(|i| i.certificate.as_str()),
-            self.identity.as_ref().map(|i| i.key.as_str()),
+            ca_bundle.as_deref(),
+            identity.as_ref().map(|i| i.certificate.as_str()),
+            identity.as_ref().map(|i| i.key.as_str()),
         ] {
-            let part = part.unwrap_or_default();
-            h.update((part.len() as u64).to_be_bytes());
-            h.update(part.as_bytes());
+            // A length prefix, and a distinct one for "none": no two settings hash alike.
+            match part {
+                None => h.update(u64::MAX.to_be_bytes()),
+                Some(text) => {
+                    h.update((text.len() as u64).to_be_bytes());
+                    h.update(text.as_bytes());
+                }
+            }
         }
-        h.finalize().into()
+        Self {
+            ca_bundle,
+            identity,
+            fingerprint: h.finalize().into(),
+        }
+    }
+
+    /// The key of its HTTP client.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        self.fingerprint
     }
 }
 

@@ -426,15 +426,11 @@ fn tls_profiles(t: &EndpointTls) -> (Option<TlsProfile>, Option<TlsProfile>) {
     if t.is_empty() {
         return (None, None);
     }
-    let current = TlsProfile {
-        ca_bundle: t.ca_bundle.clone(),
-        identity: t.client.clone(),
-    };
+    let current = TlsProfile::new(t.ca_bundle.clone(), t.client.clone());
     let previous = match (&t.previous_client, t.previous_client_until_ms) {
-        (Some(identity), Some(until)) if until > crate::clock::now_ms() => Some(TlsProfile {
-            ca_bundle: t.ca_bundle.clone(),
-            identity: Some(identity.clone()),
-        }),
+        (Some(identity), Some(until)) if until > crate::clock::now_ms() => {
+            Some(TlsProfile::new(t.ca_bundle.clone(), Some(identity.clone())))
+        }
         _ => None,
     };
     (Some(current), previous)

@@ -10,7 +10,7 @@
 //!   20), with everything else in `endpoint="other"` (see [`endpoints`]);
 //! - `tenant` only on `sluice_oldest_ready_age_seconds`, for the N tenants whose oldest ready
 //!   delivery has waited longest (`--metrics-top-tenants`, default 20);
-//! - small fixed sets: `phase`, `state`, `reason`, `listener`.
+//! - small fixed sets: `phase`, `state`, `reason`, `listener`, `kind` (an attempt's error kind).
 //!
 //! Every counter exists from the start at 0, failure counters included, so `rate()` and
 //! `increase()` see the first failure.
