@@ -43,6 +43,7 @@ macro_rules! conformance {
 
 mod admin;
 mod claim;
+mod fairness;
 mod heartbeats;
 mod insert;
 mod message_log;

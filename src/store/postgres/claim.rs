@@ -194,32 +194,27 @@ pub(super) async fn claim(
     client: &mut deadpool_postgres::Object,
     req: &ClaimRequest,
 ) -> StoreResult<(ClaimBatch, u64)> {
+    let ids: Vec<&str> = req.charges.iter().map(|c| c.tenant_id.as_str()).collect();
+    let starts: Vec<f64> = req.charges.iter().map(|c| c.start).collect();
+    let seconds: Vec<f64> = req.charges.iter().map(|c| c.seconds).collect();
+    let counts: Vec<i32> = req
+        .charges
+        .iter()
+        .map(|c| c.deliveries.min(i32::MAX as u32) as i32)
+        .collect();
+    let weight = req.default_weight.clamp(1, i32::MAX as u32) as i32;
+    let charge_stmt = match req.charges.is_empty() {
+        true => None,
+        false => Some(client.prepare_cached(CHARGE).await.map_err(pg)?),
+    };
     let charge = async {
-        if req.charges.is_empty() {
+        let Some(stmt) = &charge_stmt else {
             return;
-        }
-        let ids: Vec<&str> = req.charges.iter().map(|c| c.tenant_id.as_str()).collect();
-        let starts: Vec<f64> = req.charges.iter().map(|c| c.start).collect();
-        let seconds: Vec<f64> = req.charges.iter().map(|c| c.seconds).collect();
-        let counts: Vec<i32> = req
-            .charges
-            .iter()
-            .map(|c| c.deliveries.min(i32::MAX as u32) as i32)
-            .collect();
-        let weight = req.default_weight.clamp(1, i32::MAX as u32) as i32;
-        let result = match client.prepare_cached(CHARGE).await {
-            Ok(stmt) => {
-                client
-                    .execute(
-                        &stmt,
-                        &[&ids, &starts, &seconds, &counts, &weight, &req.now_ms],
-                    )
-                    .await
-            }
-            Err(e) => Err(e),
         };
+        let params: [&(dyn ToSql + Sync); 6] =
+            [&ids, &starts, &seconds, &counts, &weight, &req.now_ms];
         // A charge that did not land only leaves a tenant's pass behind by one claim.
-        if let Err(e) = result {
+        if let Err(e) = client.execute(stmt, &params).await {
             tracing::debug!(error = %super::errors::cause(&e), "postgres: charges not applied");
         }
     };
@@ -232,7 +227,6 @@ pub(super) async fn claim(
     let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
     let tenant_ids: Vec<&str> = req.tenant_room.iter().map(|(t, _)| t.as_str()).collect();
     let tenant_n: Vec<i64> = req.tenant_room.iter().map(|(_, n)| i64::from(*n)).collect();
-    let weight = req.default_weight.clamp(1, i32::MAX as u32) as i32;
     let stmt = client.prepare_cached(CLAIM).await.map_err(pg)?;
     let params: [&(dyn ToSql + Sync); 13] = [
         &req.now_ms,
@@ -249,8 +243,9 @@ pub(super) async fn claim(
         &weight,
         &crate::fairness::DEFAULT_COST,
     ];
-    // Both sent at once; the server runs the charges first, the claim sees them.
-    let ((), rows) = tokio::join!(charge, client.query(&stmt, &params));
+    // Pipelined: both statements are prepared, and polling the charge first sends it first,
+    // so the server runs it (in a transaction of its own) before the claim, which sees it.
+    let ((), rows) = futures_util::future::join(charge, client.query(&stmt, &params)).await;
     let rows = rows.map_err(pg)?;
     let mut batch = ClaimBatch::default();
     let mut to_move: Vec<String> = Vec::new();
