@@ -63,7 +63,7 @@ async fn check_reap_poison(store: SharedStore) {
     );
     let mut r = req(clock, 1, 1);
     r.lease_ms = 1_000;
-    store.claim(&r).await.unwrap().claimed;
+    store.claim(&r).await.unwrap();
     assert_eq!(
         store.reap(clock + 5_000, 3).await.unwrap(),
         ReapReport {
