@@ -99,6 +99,51 @@ async fn https_settings_are_set_in_the_portal_and_secrets_never_shown() {
     let kept = s.running.store.endpoint(None, &id).await.unwrap();
     assert_eq!(kept.tls, stored.tls);
     assert_eq!(kept.oauth2, stored.oauth2);
+    // Rotated from the endpoint's page: a key that is not the certificate's is refused next to
+    // its field; then the new one is current and the old one kept for the overlap.
+    let next = ca.client("next");
+    let page = c.get(&format!("/console/portal/endpoints/{id}")).await;
+    assert!(
+        page.body.contains("Rotate client certificate"),
+        "{}",
+        page.body
+    );
+    let path = format!("/console/portal/endpoints/{id}/client-certificate");
+    let form = c.get(&path).await;
+    let refused = c
+        .submit(
+            &path,
+            &form,
+            &[
+                ("tls_client_certificate", &next.certificate),
+                ("tls_client_key", &other.key),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(refused.body.contains("field-error"), "{}", refused.body);
+    let rotated = c
+        .submit(
+            &path,
+            &form,
+            &[
+                ("tls_client_certificate", &next.certificate),
+                ("tls_client_key", &next.key),
+            ],
+        )
+        .await;
+    assert!(
+        rotated.status == 303 || rotated.status == 200,
+        "{}",
+        rotated.body
+    );
+    let after = s.running.store.endpoint(None, &id).await.unwrap();
+    assert_eq!(
+        after.tls.client.unwrap().certificate,
+        next.certificate.trim()
+    );
+    assert_eq!(after.tls.previous_client, stored.tls.client);
+    assert!(after.tls.previous_client_until_ms.is_some());
     let (_, shown) = s.get(&token, &format!("/v1/endpoints/{id}")).await;
     assert_eq!(
         shown["oauth2"],

@@ -351,6 +351,9 @@ pub fn actions(e: &Endpoint, csrf: &str) -> Markup {
                 (post_button(&format!("{base}/enable"), csrf, "Enable", "primary"))
             }
             (post_button(&format!("{base}/rotate-secret"), csrf, "Rotate secret", ""))
+            @if e.tls.client.is_some() {
+                a.button href={(base) "/client-certificate"} { "Rotate client certificate" }
+            }
             a.button href={"/console/portal/messages?endpoint=" (e.id)} { "Deliveries" }
             a.button.danger href={(base) "/delete"} { "Delete" }
         }

@@ -97,6 +97,10 @@ pub fn routes() -> Router<Console> {
             post(endpoints::rotate),
         )
         .route(
+            "/portal/endpoints/{id}/client-certificate",
+            get(https::rotate_form).post(https::rotate),
+        )
+        .route(
             "/portal/endpoints/{id}/delete",
             get(endpoints::delete_form).post(endpoints::delete),
         )
