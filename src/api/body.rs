@@ -134,3 +134,18 @@ mod tests {
         assert_eq!(field(r#"[]"#), (422, "body".into()));
     }
 }
+
+/// A field that may be left out (`None`: keep), or given as `null` (`Some(None)`: back to the
+/// default) or a value: `#[serde(default, with = "super::body::double_option")]`.
+pub(super) mod double_option {
+    use serde::{Deserialize, Deserializer};
+
+    /// Present, `null` or not: `Some`.
+    pub(crate) fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de>,
+    {
+        Option::<T>::deserialize(d).map(Some)
+    }
+}

@@ -76,56 +76,44 @@ pub struct UpdateEndpoint {
     /// Enable or disable.
     pub enabled: Option<bool>,
     /// Lane override (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub lane_size: Option<Option<u32>>,
     /// Latency ceiling (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub latency_ceiling_ms: Option<Option<u32>>,
     /// Connect timeout (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub connect_timeout_ms: Option<Option<u32>>,
     /// Read timeout (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub read_timeout_ms: Option<Option<u32>>,
     /// Total deadline (`null` clears).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub total_timeout_ms: Option<Option<u32>>,
     /// The client certificate presented (PEM, with `tls_client_key`; `null` with it removes
     /// both).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<String>)]
     pub tls_client_certificate: Option<Option<String>>,
     /// Its private key (PEM), write-only. To keep presenting the current certificate while a
     /// receiver moves to the new one, rotate instead.
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<String>)]
     pub tls_client_key: Option<Option<String>>,
     /// CA certificates (PEM) trusted for this endpoint (`null` removes them).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<String>)]
     pub tls_ca_bundle: Option<Option<String>>,
     /// OAuth2 client credentials (`null` removes them; `client_secret` may be left out to keep
     /// the stored one).
-    #[serde(default, with = "double_option")]
+    #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<OAuth2In>)]
     pub oauth2: Option<Option<OAuth2In>>,
-}
-
-mod double_option {
-    use serde::{Deserialize, Deserializer};
-
-    pub(super) fn deserialize<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-    where
-        D: Deserializer<'de>,
-        T: Deserialize<'de>,
-    {
-        Option::<T>::deserialize(d).map(Some)
-    }
 }
 
 /// A new endpoint row for `tenant`, enabled, with a fresh key of `scheme`.

@@ -21,6 +21,7 @@ pub mod problems;
 pub(crate) mod redelivery;
 pub(crate) mod scale;
 pub(crate) mod status;
+mod tenant_status;
 mod tenants;
 pub mod time;
 pub(crate) mod views;
@@ -190,7 +191,8 @@ fn documented(metrics: MetricsOn) -> OpenApiRouter<AppState> {
     routes
         .routes(routes!(openapi::document))
         .routes(routes!(tenants::create, tenants::list))
-        .routes(routes!(tenants::get, tenants::delete))
+        .routes(routes!(tenants::get, tenants::update, tenants::delete))
+        .routes(routes!(tenant_status::status))
         .routes(routes!(tenants::rotate_token))
         .routes(routes!(endpoints::create, endpoints::list))
         .routes(routes!(

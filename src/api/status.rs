@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::auth::TenantAuth;
 use super::error::{ApiResult, Problem};
+use super::tenant_status::ShareStatus;
 use super::views::check_id;
 use crate::dispatcher::view::LaneBasis;
 use crate::dispatcher::{EndpointView, Look};
@@ -89,8 +90,12 @@ pub struct EndpointStatus {
     /// What the lane sustains at the deliveries' p95: effective lane ÷ delivered p95, per
     /// second (null without a delivery in the window).
     pub sustainable_per_s: Option<f64>,
-    /// The figures in one sentence.
+    /// The figures in one sentence; when the account's deliveries are being held to its share
+    /// of the pool, it says so (see `account_share`).
     pub sentence: String,
+    /// The account's share of the pool: whether its deliveries wait for their turn beside other
+    /// accounts' (`condition: held`), with the figures. It names no other account.
+    pub account_share: super::tenant_status::ShareStatus,
 }
 
 /// The endpoint's evidence; another tenant's endpoint is a 404.
@@ -118,13 +123,27 @@ pub(crate) async fn endpoint_status(
 ) -> ApiResult<EndpointStatus> {
     check_id("endpoint", id)?;
     let endpoint = state.store.endpoint(Some(tenant), id).await?;
-    match &state.dispatcher {
-        Some(ctx) => Ok(live(state, ctx, endpoint)),
-        None => from_store(state, endpoint).await,
+    let policy = state.store.tenant(tenant).await?.share;
+    let share = super::tenant_status::share_status(state, tenant, policy).await?;
+    let mut out = match &state.dispatcher {
+        Some(ctx) => live(state, ctx, endpoint, share),
+        None => from_store(state, endpoint, share).await?,
+    };
+    if out.account_share.condition == super::tenant_status::ShareCondition::Held {
+        out.sentence = format!(
+            "{}; your account's deliveries are {}",
+            out.sentence, out.account_share.sentence
+        );
     }
+    Ok(out)
 }
 
-fn live(state: &AppState, ctx: &crate::dispatcher::Ctx, e: Endpoint) -> EndpointStatus {
+fn live(
+    state: &AppState,
+    ctx: &crate::dispatcher::Ctx,
+    e: Endpoint,
+    share: ShareStatus,
+) -> EndpointStatus {
     let view = ctx.view(Look::Endpoint(&e.id));
     // The lane as stored now, not as the dispatcher last loaded it: a change shows at once.
     let lane = configured_lane(state, &e, view.pool.concurrency);
@@ -138,6 +157,7 @@ fn live(state: &AppState, ctx: &crate::dispatcher::Ctx, e: Endpoint) -> Endpoint
             lane,
             lane,
             None,
+            share,
         );
     };
     let snapshot = live.window.clone().unwrap_or_else(empty);
@@ -158,6 +178,7 @@ fn live(state: &AppState, ctx: &crate::dispatcher::Ctx, e: Endpoint) -> Endpoint
         lane,
         effective,
         Some(&live),
+        share,
     );
     out.lane_basis = basis;
     out.in_flight = Some(live.lane_in_use);
@@ -172,7 +193,11 @@ fn live_lane(lane: u32, governor_limit: f64) -> u32 {
     (governor_limit.floor() as u32).min(lane).max(1)
 }
 
-async fn from_store(state: &AppState, e: Endpoint) -> ApiResult<EndpointStatus> {
+async fn from_store(
+    state: &AppState,
+    e: Endpoint,
+    share: ShareStatus,
+) -> ApiResult<EndpointStatus> {
     let now = crate::clock::now_ms();
     let since = now - DEFAULT_WINDOW.as_millis() as i64;
     let attempts = state
@@ -190,7 +215,16 @@ async fn from_store(state: &AppState, e: Endpoint) -> ApiResult<EndpointStatus> 
         attempts.len(),
         DEFAULT_WINDOW.as_secs()
     );
-    Ok(build(e, "store", Some(note), &snapshot, lane, lane, None))
+    Ok(build(
+        e,
+        "store",
+        Some(note),
+        &snapshot,
+        lane,
+        lane,
+        None,
+        share,
+    ))
 }
 
 fn configured_lane(state: &AppState, e: &Endpoint, concurrency: u32) -> u32 {
@@ -200,6 +234,7 @@ fn configured_lane(state: &AppState, e: &Endpoint, concurrency: u32) -> u32 {
         .max(1)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn build(
     e: Endpoint,
     source: &str,
@@ -208,6 +243,7 @@ fn build(
     lane: u32,
     effective: u32,
     live: Option<&EndpointView>,
+    account_share: ShareStatus,
 ) -> EndpointStatus {
     let standing = Standing {
         disabled: (!e.enabled).then(|| e.disabled_reason.as_deref().unwrap_or("disabled")),
@@ -249,6 +285,7 @@ fn build(
         shed_share: s.shed_share,
         sustainable_per_s: ev.sustainable_per_s,
         sentence: ev.sentence,
+        account_share,
     }
 }
 

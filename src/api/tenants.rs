@@ -13,7 +13,7 @@ use super::time::Timestamp;
 use super::views::{check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::Tenant;
+use crate::store::{SharePolicy, Tenant};
 
 /// `POST /v1/tenants`
 #[derive(Debug, Deserialize, ToSchema)]
@@ -21,6 +21,27 @@ use crate::store::Tenant;
 pub(super) struct CreateTenant {
     /// Display name, 1–200 characters.
     pub name: String,
+    /// Its share of the pool while tenants compete, relative to the others' weights, 1–1000
+    /// (default: the process's `--tenant-weight`, 1).
+    pub weight: Option<u32>,
+    /// The largest share of the pool it may hold while another tenant waits, above 0 and at
+    /// most 1 (default: the process's `--tenant-max-share`, 1: no ceiling).
+    pub max_share: Option<f64>,
+}
+
+/// `PATCH /v1/tenants/{id}`: the tenant's written share policy. A field left out is kept;
+/// `null` returns it to the process default.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UpdateTenant {
+    /// 1–1000, or `null` for the default.
+    #[serde(default, with = "super::body::double_option")]
+    #[schema(value_type = Option<u32>)]
+    pub weight: Option<Option<u32>>,
+    /// Above 0 and at most 1, or `null` for the default.
+    #[serde(default, with = "super::body::double_option")]
+    #[schema(value_type = Option<f64>)]
+    pub max_share: Option<Option<f64>>,
 }
 
 /// A tenant, with its token only when just created or rotated.
@@ -32,6 +53,10 @@ pub(super) struct TenantOut {
     pub name: String,
     /// When it was created.
     pub created_at: Timestamp,
+    /// Its own weight (`null`: the process default).
+    pub weight: Option<u32>,
+    /// Its own ceiling (`null`: the process default).
+    pub max_share: Option<f64>,
     /// The API token: shown once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
@@ -43,9 +68,22 @@ impl From<Tenant> for TenantOut {
             id: t.id,
             name: t.name,
             created_at: Timestamp(t.created_at_ms),
+            weight: t.share.weight,
+            max_share: t.share.max_share,
             token: None,
         }
     }
+}
+
+/// Refuse a weight or a ceiling out of range, naming the field.
+pub(crate) fn check_share(share: &SharePolicy) -> ApiResult<()> {
+    if let Some(problem) = share.weight.and_then(crate::fairness::weight_problem) {
+        return Err(Problem::unprocessable("weight", problem));
+    }
+    if let Some(problem) = share.max_share.and_then(crate::fairness::max_share_problem) {
+        return Err(Problem::unprocessable("max_share", problem));
+    }
+    Ok(())
 }
 
 /// Create a tenant; the answer carries its API token, shown once.
@@ -75,13 +113,18 @@ pub(super) async fn create(
             "name must be one line without tabs",
         ));
     }
+    let share = SharePolicy {
+        weight: req.weight,
+        max_share: req.max_share,
+    };
+    check_share(&share)?;
     let token = ids::new_token("sk");
     let tenant = Tenant {
         id: ids::new_id("ten"),
         name: name.to_owned(),
         token_hash: ids::hash_token(&token),
         created_at_ms: crate::clock::now_ms(),
-        share: Default::default(),
+        share,
     };
     state.store.create_tenant(&tenant).await?;
     let mut out = TenantOut::from(tenant);
@@ -121,6 +164,45 @@ pub(super) async fn get(
 ) -> ApiResult<Json<TenantOut>> {
     check_id("tenant", &id)?;
     Ok(Json(state.store.tenant(&id).await?.into()))
+}
+
+/// Change a tenant's weight or ceiling (its share of the pool while tenants compete). Every
+/// dispatcher applies it from its next claim of the tenant's work.
+#[utoipa::path(patch, path = "/v1/tenants/{id}", operation_id = "updateTenant", tag = "tenants", security(("admin" = [])),
+    params(("id" = String, Path, description = "`ten_…`")),
+    request_body = UpdateTenant,
+    responses((status = 200, body = TenantOut),
+        (status = "4XX", body = Problem,
+            content_type = "application/problem+json"),
+    ))]
+pub(super) async fn update(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+    Body(req): Body<UpdateTenant>,
+) -> ApiResult<Json<TenantOut>> {
+    check_id("tenant", &id)?;
+    let tenant = update_share(&state, &id, req).await?;
+    Ok(Json(tenant.into()))
+}
+
+/// Check and apply a change to a tenant's share policy (the JSON route and the console share
+/// this); nothing is stored unless every field passes.
+pub(crate) async fn update_share(
+    state: &AppState,
+    id: &str,
+    req: UpdateTenant,
+) -> ApiResult<Tenant> {
+    let mut tenant = state.store.tenant(id).await?;
+    if let Some(weight) = req.weight {
+        tenant.share.weight = weight;
+    }
+    if let Some(max_share) = req.max_share {
+        tenant.share.max_share = max_share;
+    }
+    check_share(&tenant.share)?;
+    state.store.set_tenant_share(id, &tenant.share).await?;
+    Ok(tenant)
 }
 
 /// Delete a tenant and all of its data (endpoints, messages, deliveries, attempts).

@@ -37,7 +37,7 @@ use crate::store::{Claimed, SettleOutcome, Settlement, SharedStore};
 
 use endpoints::{EndpointRuntime, Endpoints};
 pub use settler::{SettleItem, Written, settle_batch};
-pub use view::{DispatcherView, EndpointView, Load, Look, PoolView};
+pub use view::{DispatcherView, EndpointView, Load, Look, PoolView, TenantView};
 
 /// Shared state of one dispatcher process.
 pub struct Ctx {

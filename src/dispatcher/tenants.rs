@@ -60,8 +60,6 @@ struct State {
     /// Charges for the next claim, by tenant.
     charges: HashMap<String, TenantCharge>,
     known: HashMap<String, Known>,
-    /// Did the latest claim that found work see more than one tenant?
-    contended: bool,
 }
 
 /// A tenant's figures as this dispatcher sees them.
@@ -122,7 +120,6 @@ impl Tenants {
         if let Some(f) = floor {
             s.floor = Some(s.floor.map_or(f, |v| v.max(f)));
         }
-        let mut tenants = 0;
         for d in claimed {
             let seconds = cost(d);
             match s.charges.get_mut(d.tenant_id.as_str()) {
@@ -131,7 +128,6 @@ impl Tenants {
                     owed.deliveries += 1;
                 }
                 None => {
-                    tenants += 1;
                     s.charges.insert(
                         d.tenant_id.clone(),
                         TenantCharge {
@@ -152,9 +148,6 @@ impl Tenants {
             };
             k.seen = now;
             k.policy = d.tenant_share;
-        }
-        if !claimed.is_empty() {
-            s.contended = tenants > 1;
         }
     }
 
@@ -192,9 +185,6 @@ impl Tenants {
     }
 
     /// Each known tenant's policy and use of the pool, busiest first.
-    // Read only by tests so far on main (clippy's dead-code error there fails CI); the allow
-    // goes once a reader outside the tests lands.
-    #[allow(dead_code)]
     pub(crate) fn uses(&self) -> Vec<TenantUse> {
         let now = Instant::now();
         let s = self.state();
@@ -215,12 +205,6 @@ impl Tenants {
                 .then_with(|| a.tenant_id.cmp(&b.tenant_id))
         });
         uses
-    }
-
-    /// Did the latest claim that found work serve more than one tenant?
-    #[allow(dead_code)]
-    pub(crate) fn contended(&self) -> bool {
-        self.state().contended
     }
 }
 
@@ -276,7 +260,6 @@ mod tests {
         t.claimed(Some(3.0), &batch, |d| {
             if d.tenant_id == "a" { 0.2 } else { 1.0 }
         });
-        assert!(t.contended());
         let (floor, mut charges) = t.for_claim();
         assert_eq!(floor, Some(3.0));
         charges.sort_by(|x, y| x.tenant_id.cmp(&y.tenant_id));

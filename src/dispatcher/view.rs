@@ -71,6 +71,22 @@ pub struct Load {
     pub mean_service_s: f64,
 }
 
+/// One tenant as a dispatcher sees it ([`Ctx::tenants`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TenantView {
+    /// The tenant.
+    pub tenant_id: String,
+    /// Its weight in force.
+    pub weight: u32,
+    /// Its ceiling in force (1: none).
+    pub max_share: f64,
+    /// Deliveries it has in flight or waiting at a lane in this dispatcher.
+    pub in_flight: u32,
+    /// Its share of this dispatcher's pool's time over about the last minute (attempt-seconds
+    /// per second ÷ the concurrency).
+    pub occupancy: f64,
+}
+
 /// [`FleetMode`] without its instant, for reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -201,6 +217,35 @@ impl Ctx {
     fn in_flight(&self) -> u32 {
         let concurrency = self.concurrency() as usize;
         concurrency.saturating_sub(self.attempts.available_permits()) as u32
+    }
+
+    /// Each tenant this dispatcher has served lately: its policy as last read, what it holds of
+    /// the pool now (deliveries in flight or waiting at a lane) and its use of the pool's time,
+    /// busiest first.
+    pub fn tenants(&self) -> Vec<TenantView> {
+        let mut holds: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+        for rt in self.endpoints.all() {
+            let n = rt.lane.in_use() + rt.pending();
+            if n > 0 {
+                *holds.entry(rt.tenant_id.clone()).or_default() += n;
+            }
+        }
+        let concurrency = f64::from(self.concurrency().max(1));
+        let (weight, max_share) = (self.settings.tenant_weight, self.settings.tenant_max_share);
+        self.tenants
+            .uses()
+            .into_iter()
+            .map(|u| {
+                let (weight, max_share) = super::tenants::in_force(u.policy, weight, max_share);
+                TenantView {
+                    in_flight: holds.remove(&u.tenant_id).unwrap_or(0),
+                    occupancy: (u.busy / concurrency).min(1.0),
+                    tenant_id: u.tenant_id,
+                    weight,
+                    max_share,
+                }
+            })
+            .collect()
     }
 
     /// Forget an endpoint's cached configuration, so its next delivery re-reads it from the

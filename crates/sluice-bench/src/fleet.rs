@@ -14,7 +14,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,13 +22,12 @@ use anyhow::{Context, bail};
 use axum::http::HeaderMap;
 use serde_json::Value;
 use sluice_testkit::receiver::{self, Behavior, Observer, Receiver};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::chart::{Line, Panel};
 use super::harness::{FreshDatabase, Sluice, Tuning};
+use super::procs::{Fleet, Proc, Redis, sluice_binary};
 use super::load;
 use super::report::Report;
 use super::timeline::{Timeline, ms, now_us, sent_at_us, u64_field};
@@ -174,169 +172,6 @@ struct Acks {
 }
 
 /// A `sluice serve` process; killed if still running when dropped.
-struct Proc {
-    name: String,
-    child: Child,
-    base: String,
-    log: PathBuf,
-}
-
-impl Proc {
-    /// Start `sluice serve --role role` on a free port, its stderr into `log_dir/name.log`.
-    fn spawn(fleet: &Fleet, role: &str, name: &str) -> anyhow::Result<Self> {
-        let port = sluice_testkit::free_port();
-        let log = fleet.log_dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let child = Command::new(&fleet.binary)
-            .args([
-                "serve",
-                "--role",
-                role,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .args(["--database-url", &fleet.database_url])
-            .args(["--redis-url", &fleet.redis_url])
-            .args(["--allow-network", "127.0.0.0/8"])
-            .env("SLUICE_ADMIN_TOKEN", &fleet.admin_token)
-            // The binary's own lines (listening, stopped: …) are info; the rest only warnings.
-            .env("SLUICE_LOG", "warn,sluice=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("spawn {}", fleet.binary.display()))?;
-        Ok(Self {
-            name: name.to_owned(),
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        })
-    }
-
-    /// Wait until it answers `path` with a success.
-    async fn wait_for(&mut self, http: &reqwest::Client, path: &str) -> anyhow::Result<()> {
-        let until = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < until {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                bail!("{} exited with {status}: {}", self.name, self.said());
-            }
-            let url = format!("{}{path}", self.base);
-            if http
-                .get(&url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-            {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        bail!("{} never answered {path}: {}", self.name, self.said())
-    }
-
-    /// `kill -9`.
-    async fn kill9(&mut self) -> anyhow::Result<()> {
-        self.child.kill().await.context("kill -9")
-    }
-
-    /// Send SIGTERM.
-    async fn sigterm(&self) -> anyhow::Result<()> {
-        let pid = self.child.id().context("already exited")?;
-        let status = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .await
-            .context("kill -TERM")?;
-        anyhow::ensure!(status.success(), "kill -TERM {pid}: {status}");
-        Ok(())
-    }
-
-    /// What it wrote to stderr so far.
-    fn said(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-/// A `redis-server` on a port of its own, so it can be stopped and started again.
-struct Redis {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Redis {
-    async fn start(port: u16) -> anyhow::Result<Self> {
-        let program =
-            std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&program)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("spawn {program} (the fleet scenario runs its own Redis)"))?;
-        let redis = Self {
-            port,
-            child: Some(child),
-        };
-        let until = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < until {
-            if redis.ping().await {
-                return Ok(redis);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("redis-server on port {port} never answered PING")
-    }
-
-    async fn ping(&self) -> bool {
-        let Ok(mut socket) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
-            return false;
-        };
-        let mut buf = [0u8; 16];
-        socket.write_all(b"PING\r\n").await.is_ok()
-            && tokio::time::timeout(Duration::from_secs(1), socket.read(&mut buf))
-                .await
-                .is_ok_and(|r| r.is_ok_and(|n| buf[..n].starts_with(b"+PONG")))
-    }
-
-    /// Stop it hard (`kill -9`: nothing saved, every lane slot gone).
-    async fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
-        }
-    }
-}
-
-/// Where the fleet's processes find their binary, store, Redis and token.
-struct Fleet {
-    binary: PathBuf,
-    database_url: String,
-    redis_url: String,
-    admin_token: String,
-    log_dir: PathBuf,
-}
-
-/// The `sluice` binary beside this one (`sluice bench` runs `sluice-bench` from its own
-/// directory, so both are built together).
-fn sluice_binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("current_exe")?;
-    let path = exe
-        .parent()
-        .context("the bench binary has no directory")?
-        .join("sluice");
-    anyhow::ensure!(
-        path.is_file(),
-        "{} not found: the fleet scenario runs the sluice binary beside sluice-bench \
-         (cargo build --release -p sluice -p sluice-bench)",
-        path.display()
-    );
-    Ok(path)
-}
-
 /// Leased deliveries now: `(delivery id, lease token)`.
 async fn leased(pg: &tokio_postgres::Client) -> anyhow::Result<HashSet<(i64, Option<i64>)>> {
     let rows = pg
@@ -620,6 +455,7 @@ async fn drive(
         redis_url: format!("redis://127.0.0.1:{redis_port}"),
         admin_token: sluice::ids::new_token("sk_admin"),
         log_dir: log_dir.to_owned(),
+        extra: Vec::new(),
     };
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(256)

@@ -131,6 +131,25 @@ impl Sluice {
         ))
     }
 
+    /// Set a tenant's weight (`PATCH /v1/tenants/{id}`).
+    pub(crate) async fn tenant_weight(&self, id: &str, weight: u32) -> anyhow::Result<()> {
+        let response = self
+            .http
+            .patch(format!("{}/v1/tenants/{id}", self.base))
+            .bearer_auth(&self.admin_token)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(json!({ "weight": weight }).to_string())
+            .send()
+            .await
+            .context("PATCH /v1/tenants/{id}")?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            bail!("PATCH /v1/tenants/{id}: {status}: {text}");
+        }
+        Ok(())
+    }
+
     /// Create an endpoint of the tenant `token` delivering to `url`; returns its id.
     pub(crate) async fn endpoint(
         &self,

@@ -19,8 +19,8 @@
 //! - [`watch`]: sampling and the progress bar; [`sys`]: CPU and memory from `/proc`.
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
-//!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its processes, Redis and lease readings
-//!   are its own), [`tls`].
+//!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
+//!   [`tenants`], [`tls`]; [`procs`]: the `sluice serve` and `redis-server` processes of a fleet.
 
 mod backlog;
 mod chart;
@@ -33,6 +33,7 @@ mod harness;
 mod load;
 mod phase;
 mod probe;
+mod procs;
 mod receiver;
 mod replay;
 mod report;
@@ -40,6 +41,7 @@ mod scale;
 mod slow_consumer;
 mod store_cpu;
 mod sys;
+mod tenants;
 mod throttled;
 mod throughput;
 mod timeline;
@@ -76,6 +78,9 @@ pub enum Scenario {
     /// one, SIGTERM of another, a Redis restart; lane bound, loss, duplicates, leases and
     /// `/v1/scale`, with pass/fail verdicts (a full run exits non-zero on a failure).
     Fleet,
+    /// One tenant's backlog (2,000 endpoints, 200,000 deliveries) beside a quiet tenant, weights
+    /// 1:2:4, a trickle: fair shares across tenants, with pass/fail verdicts.
+    Tenants,
     /// HTTPS receivers (a test CA made for the run) over keep-alive and with a handshake per
     /// delivery, beside plain HTTP: connect and TLS phases, what keep-alive saves.
     Tls,
@@ -93,6 +98,7 @@ impl Scenario {
             Scenario::Flood => "flood",
             Scenario::Replay => "replay",
             Scenario::Fleet => "fleet",
+            Scenario::Tenants => "tenants",
             Scenario::Tls => "tls",
         }
     }
@@ -149,7 +155,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub concurrency: Option<u32>,
     /// Healthy endpoints (throughput: endpoints of the one tenant; scale: run only this count
-    /// instead of 10, 1,000, 10,000 and 100,000).
+    /// instead of 10, 1,000, 10,000 and 100,000; tenants: the quiet tenant's, default 10).
     #[arg(long)]
     pub endpoints: Option<usize>,
     /// Events per second each healthy customer sends.
@@ -158,17 +164,19 @@ pub struct BenchArgs {
     /// Events per second sent to the slow, dead or throttling endpoint.
     #[arg(long)]
     pub bad_rate: Option<f64>,
-    /// How long the slow endpoint (slow-consumer) or the noisy one (flood) takes to answer, ms.
+    /// How long the slow endpoint (slow-consumer), the noisy one (flood) or the busy tenant's
+    /// (tenants, default 200) takes to answer, ms.
     #[arg(long)]
     pub slow_ms: Option<u64>,
     /// Concurrent producers (throughput, and the flooding tenant).
     #[arg(long)]
     pub producers: Option<usize>,
     /// flood: events the noisy tenant enqueues (with `--full`: ready deliveries already in the
-    /// store when the phase starts).
+    /// store when the phase starts); tenants: messages the busy tenant fans out (default 100).
     #[arg(long)]
     pub backlog: Option<u64>,
-    /// flood --full: endpoints of the noisy tenant the backlog is spread over (default 10,000).
+    /// flood --full: endpoints of the noisy tenant the backlog is spread over (default 10,000);
+    /// tenants: endpoints of the busy tenant (default 2,000).
     #[arg(long)]
     pub backlog_endpoints: Option<usize>,
     /// fleet: the slow endpoint's lane (`lane_size`), shared by the fleet through Redis
@@ -190,6 +198,11 @@ pub struct BenchArgs {
     /// replay: the objective for the oldest ready delivery's age, seconds (default 5).
     #[arg(long)]
     pub objective: Option<f64>,
+    /// tenants: run each phase on a fleet of one API process and this many dispatcher
+    /// processes (`sluice serve`, on PostgreSQL: `--database-url` or the test database, and a
+    /// `redis-server` of its own) instead of in this process.
+    #[arg(long)]
+    pub dispatchers: Option<u32>,
     /// scale: endpoints registered beside the active ones (another tenant, written straight to
     /// the store, never sent to): what registered-but-idle endpoints cost.
     #[arg(long)]
@@ -278,6 +291,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Flood => flood::run(&args).await?,
         Scenario::Replay => replay::run(&args).await?,
         Scenario::Fleet => fleet::run(&args).await?,
+        Scenario::Tenants => tenants::run(&args).await?,
         Scenario::Tls => tls::run(&args).await?,
     };
     if args.json {

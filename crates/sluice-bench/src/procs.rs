@@ -1,0 +1,184 @@
+//! Processes of a fleet for the scenarios that run one: `sluice serve` processes (the `sluice`
+//! binary beside this one) and a `redis-server` of their own.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// One `sluice serve` process.
+pub(crate) struct Proc {
+    pub(crate) name: String,
+    pub(crate) child: Child,
+    pub(crate) base: String,
+    pub(crate) log: PathBuf,
+}
+
+impl Proc {
+    /// Start `sluice serve --role role` on a free port, its stderr into `log_dir/name.log`.
+    pub(crate) fn spawn(fleet: &Fleet, role: &str, name: &str) -> anyhow::Result<Self> {
+        let port = sluice_testkit::free_port();
+        let log = fleet.log_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
+        let child = Command::new(&fleet.binary)
+            .args([
+                "serve",
+                "--role",
+                role,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--database-url", &fleet.database_url])
+            .args(["--redis-url", &fleet.redis_url])
+            .args(["--allow-network", "127.0.0.0/8"])
+            .args(&fleet.extra)
+            .env("SLUICE_ADMIN_TOKEN", &fleet.admin_token)
+            // The binary's own lines (listening, stopped: …) are info; the rest only warnings.
+            .env("SLUICE_LOG", "warn,sluice=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawn {}", fleet.binary.display()))?;
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        })
+    }
+
+    /// Wait until it answers `path` with a success.
+    pub(crate) async fn wait_for(&mut self, http: &reqwest::Client, path: &str) -> anyhow::Result<()> {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!("{} exited with {status}: {}", self.name, self.said());
+            }
+            let url = format!("{}{path}", self.base);
+            if http
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("{} never answered {path}: {}", self.name, self.said())
+    }
+
+    /// `kill -9`.
+    pub(crate) async fn kill9(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await.context("kill -9")
+    }
+
+    /// Send SIGTERM.
+    pub(crate) async fn sigterm(&self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("already exited")?;
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await
+            .context("kill -TERM")?;
+        anyhow::ensure!(status.success(), "kill -TERM {pid}: {status}");
+        Ok(())
+    }
+
+    /// What it wrote to stderr so far.
+    pub(crate) fn said(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A `redis-server` on a port of its own, so it can be stopped and started again.
+pub(crate) struct Redis {
+    pub(crate) port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub(crate) async fn start(port: u16) -> anyhow::Result<Self> {
+        let program =
+            std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&program)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawn {program} (the fleet scenario runs its own Redis)"))?;
+        let redis = Self {
+            port,
+            child: Some(child),
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            if redis.ping().await {
+                return Ok(redis);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("redis-server on port {port} never answered PING")
+    }
+
+    pub(crate) async fn ping(&self) -> bool {
+        let Ok(mut socket) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
+            return false;
+        };
+        let mut buf = [0u8; 16];
+        socket.write_all(b"PING\r\n").await.is_ok()
+            && tokio::time::timeout(Duration::from_secs(1), socket.read(&mut buf))
+                .await
+                .is_ok_and(|r| r.is_ok_and(|n| buf[..n].starts_with(b"+PONG")))
+    }
+
+    /// Stop it hard (`kill -9`: nothing saved, every lane slot gone).
+    pub(crate) async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+/// Where the fleet's processes find their binary, store, Redis and token.
+pub(crate) struct Fleet {
+    /// The `sluice` binary.
+    pub(crate) binary: PathBuf,
+    /// The PostgreSQL database they share.
+    pub(crate) database_url: String,
+    /// The Redis for fleet-wide lanes.
+    pub(crate) redis_url: String,
+    /// The operator token.
+    pub(crate) admin_token: String,
+    /// Where each process's stderr goes (`name.log`).
+    pub(crate) log_dir: PathBuf,
+    /// Further `sluice serve` flags for every process.
+    pub(crate) extra: Vec<String>,
+}
+
+/// The `sluice` binary beside this one (`sluice bench` runs `sluice-bench` from its own
+/// directory, so both are built together).
+pub(crate) fn sluice_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("current_exe")?;
+    let path = exe
+        .parent()
+        .context("the bench binary has no directory")?
+        .join("sluice");
+    anyhow::ensure!(
+        path.is_file(),
+        "{} not found: the fleet scenario runs the sluice binary beside sluice-bench \
+         (cargo build --release -p sluice -p sluice-bench)",
+        path.display()
+    );
+    Ok(path)
+}
+
