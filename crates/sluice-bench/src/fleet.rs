@@ -27,8 +27,8 @@ use tokio::time::Instant;
 
 use super::chart::{Line, Panel};
 use super::harness::{FreshDatabase, Sluice, Tuning};
-use super::procs::{Fleet, Proc, Redis, sluice_binary};
 use super::load;
+use super::procs::{Fleet, Proc, Redis, sluice_binary};
 use super::report::Report;
 use super::timeline::{Timeline, ms, now_us, sent_at_us, u64_field};
 use super::{BenchArgs, save_chart, watch};

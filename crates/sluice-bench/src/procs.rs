@@ -54,7 +54,11 @@ impl Proc {
     }
 
     /// Wait until it answers `path` with a success.
-    pub(crate) async fn wait_for(&mut self, http: &reqwest::Client, path: &str) -> anyhow::Result<()> {
+    pub(crate) async fn wait_for(
+        &mut self,
+        http: &reqwest::Client,
+        path: &str,
+    ) -> anyhow::Result<()> {
         let until = Instant::now() + Duration::from_secs(60);
         while Instant::now() < until {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -181,4 +185,3 @@ pub(crate) fn sluice_binary() -> anyhow::Result<PathBuf> {
     );
     Ok(path)
 }
-

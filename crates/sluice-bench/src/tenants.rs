@@ -36,7 +36,9 @@ const BUSY: usize = 1;
 const TRICKLE: usize = 2;
 /// The weighted tenants' groups, weights 1, 2 and 4.
 const WEIGHTED: [(usize, u32); 3] = [(3, 1), (4, 2), (5, 4)];
-const GROUPS: [&str; 6] = ["quiet", "busy", "trickle", "weight-1", "weight-2", "weight-4"];
+const GROUPS: [&str; 6] = [
+    "quiet", "busy", "trickle", "weight-1", "weight-2", "weight-4",
+];
 
 /// Most API calls of the set-up in flight at once.
 const SETUP_CONCURRENCY: usize = 16;
@@ -116,7 +118,10 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         ..Cast::default()
     };
     let alone = phase(args, sizes, "quiet alone", quiet).await?;
-    let beside_cast = Cast { busy: true, ..quiet };
+    let beside_cast = Cast {
+        busy: true,
+        ..quiet
+    };
     let beside = phase(args, sizes, "beside backlog", beside_cast).await?;
     let busy = Cast {
         busy: true,
@@ -144,7 +149,14 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     report.param("busy_service_ms", sizes.busy_service.as_millis() as u64);
     report.param("weighted_endpoints_each", sizes.weighted_endpoints);
     report.param("dispatchers", args.dispatchers.unwrap_or(0));
-    figures(&mut report, &alone, &beside, &busy_alone, &weights, &trickle);
+    figures(
+        &mut report,
+        &alone,
+        &beside,
+        &busy_alone,
+        &weights,
+        &trickle,
+    );
 
     let panels = [
         Panel::log(
@@ -174,11 +186,21 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             "deliveries/s",
             WEIGHTED
                 .iter()
-                .map(|&(g, w)| Line::new(format!("weight {w}"), weights.timeline.count_series(g, false)))
+                .map(|&(g, w)| {
+                    Line::new(
+                        format!("weight {w}"),
+                        weights.timeline.count_series(g, false),
+                    )
+                })
                 .collect(),
         ),
     ];
-    save_chart(args, &mut report, "tenants: one tenant's backlog beside the others", &panels)?;
+    save_chart(
+        args,
+        &mut report,
+        "tenants: one tenant's backlog beside the others",
+        &panels,
+    )?;
     Ok(report)
 }
 
@@ -200,8 +222,10 @@ fn figures(
     weights: &Outcome,
     trickle: &Outcome,
 ) {
-    for (key, label, phase) in [("alone", "alone", alone), ("beside", "beside the backlog", beside)]
-    {
+    for (key, label, phase) in [
+        ("alone", "alone", alone),
+        ("beside", "beside the backlog", beside),
+    ] {
         for (q, name) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
             report.figure(
                 &format!("quiet_{key}_{name}_ms"),
@@ -211,7 +235,10 @@ fn figures(
             );
         }
     }
-    let factor = ratio(beside.quantile_ms(QUIET, 0.99), alone.quantile_ms(QUIET, 0.99));
+    let factor = ratio(
+        beside.quantile_ms(QUIET, 0.99),
+        alone.quantile_ms(QUIET, 0.99),
+    );
     report.figure(
         "quiet_p99_factor",
         "quiet tenant: p99 beside the backlog ÷ alone",
