@@ -17,6 +17,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/tenants/{id}"),
     ("delete", "/v1/tenants/{id}"),
     ("post", "/v1/tenants/{id}/rotate-token"),
+    ("patch", "/v1/tenants/{id}"),
+    ("get", "/v1/tenants/{id}/status"),
     ("post", "/v1/endpoints"),
     ("get", "/v1/endpoints"),
     ("get", "/v1/endpoints/{id}"),
