@@ -4,6 +4,11 @@
 //! and `NORMAL`; PostgreSQL runs in a fresh database when `SLUICE_BENCH_DATABASE_URL` (or
 //! `SLUICE_TEST_DATABASE_URL`) is set. Each run starts from an empty store with one tenant and
 //! 10 subscribed endpoints, so every message fans out to 10 deliveries.
+//!
+//! Then what a claim costs against the number of tenants with due work: 100,000 due deliveries
+//! spread over 10 tenants, then over 10,000 (one endpoint each), and the time of each of 400
+//! claims of 64 as a dispatcher makes them (its floor, the previous claim's charges), each
+//! followed by a settle (not timed): p50 and p99.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -249,6 +254,127 @@ async fn claim_settle(store: &SharedStore, tenant: &str, workers: usize) -> f64 
     total as f64 / elapsed
 }
 
+/// Due deliveries of the claim benchmark, whatever the number of tenants.
+const DUE: usize = 100_000;
+/// Claims timed, and the size of each.
+const CLAIMS: usize = 400;
+const CLAIM_LIMIT: u32 = 64;
+
+/// `tenants` tenants with one endpoint each and `DUE / tenants` due deliveries each.
+async fn due_tenants(store: &SharedStore, tenants: usize) {
+    let now = now_ms();
+    let mut endpoints = Vec::with_capacity(tenants);
+    let mut messages = Vec::with_capacity(DUE);
+    for _ in 0..tenants {
+        let tenant = Tenant {
+            id: new_id("ten"),
+            name: "due".into(),
+            token_hash: hash_token(&new_token("sk")),
+            created_at_ms: now,
+            share: Default::default(),
+        };
+        store.create_tenant(&tenant).await.expect("tenant");
+        endpoints.push(Endpoint::new(
+            new_id("ep"),
+            tenant.id.clone(),
+            "http://127.0.0.1:9/hook".into(),
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            now,
+        ));
+        for _ in 0..DUE / tenants {
+            messages.push(message(&tenant.id));
+        }
+    }
+    for chunk in endpoints.chunks(1_000) {
+        store.create_endpoints(chunk).await.expect("endpoints");
+    }
+    for chunk in messages.chunks(1_000) {
+        store.enqueue(chunk, now - 1_000).await.expect("fill");
+    }
+}
+
+/// The time of each of `CLAIMS` claims, seconds, claimed as a dispatcher claims.
+async fn claim_times(store: &SharedStore) -> Vec<f64> {
+    let mut floor = None;
+    let mut charges: Vec<TenantCharge> = Vec::new();
+    let mut times = Vec::with_capacity(CLAIMS);
+    for _ in 0..CLAIMS {
+        let now = now_ms();
+        let request = ClaimRequest {
+            now_ms: now,
+            limit: CLAIM_LIMIT,
+            per_endpoint: 8,
+            lease_ms: 60_000,
+            fair_floor: floor,
+            charges: std::mem::take(&mut charges),
+            default_weight: 1,
+            ..Default::default()
+        };
+        let start = Instant::now();
+        let batch = store.claim(&request).await.expect("claim");
+        times.push(start.elapsed().as_secs_f64());
+        assert_eq!(batch.claimed.len(), CLAIM_LIMIT as usize, "a full claim");
+        if let Some(f) = batch.floor {
+            floor = Some(floor.map_or(f, |v: f64| v.max(f)));
+        }
+        for c in &batch.claimed {
+            match charges.iter_mut().find(|x| x.tenant_id == c.tenant_id) {
+                Some(x) => {
+                    x.seconds += 0.05;
+                    x.deliveries += 1;
+                }
+                None => charges.push(TenantCharge {
+                    tenant_id: c.tenant_id.clone(),
+                    start: c.tenant_pass,
+                    seconds: 0.05,
+                    deliveries: 1,
+                }),
+            }
+        }
+        let settlements: Vec<Settlement> = batch
+            .claimed
+            .iter()
+            .map(|c| Settlement {
+                delivery_id: c.delivery_id,
+                lease_token: c.lease_token,
+                outcome: SettleOutcome::Delivered,
+                attempt: None,
+            })
+            .collect();
+        store.settle(&settlements, now_ms()).await.expect("settle");
+    }
+    times
+}
+
+fn quantile(mut xs: Vec<f64>, q: f64) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[((xs.len() - 1) as f64 * q).round() as usize]
+}
+
+async fn bench_tenants(driver: Driver, base_url: Option<&str>) {
+    println!(
+        "  claims of {CLAIM_LIMIT} among {DUE} due deliveries ({CLAIMS} claims, each settled):"
+    );
+    let mut p99s = Vec::new();
+    for tenants in [10, 10_000] {
+        let f = fresh(driver, base_url).await;
+        due_tenants(&f.store, tenants).await;
+        let times = claim_times(&f.store).await;
+        f.finish(base_url).await;
+        let (p50, p99) = (quantile(times.clone(), 0.5), quantile(times, 0.99));
+        p99s.push(p99);
+        println!(
+            "    {tenants:>6} tenants due     : p50 {:>6.2} ms, p99 {:>6.2} ms",
+            p50 * 1e3,
+            p99 * 1e3
+        );
+    }
+    println!(
+        "    p99 with 10,000 tenants ÷ with 10: {:.2}",
+        p99s[1] / p99s[0]
+    );
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -314,6 +440,7 @@ async fn bench(driver: Driver, base_url: Option<&str>) {
         "  claim {CLAIM_BATCH} + settle, 4 workers  : {:>10} deliveries/s",
         fmt(median(settle_4))
     );
+    bench_tenants(driver, base_url).await;
 }
 
 fn main() {

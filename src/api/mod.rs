@@ -21,8 +21,8 @@ pub mod problems;
 pub(crate) mod redelivery;
 pub(crate) mod scale;
 pub(crate) mod status;
-mod tenant_status;
-mod tenants;
+pub(crate) mod tenant_status;
+pub(crate) mod tenants;
 pub mod time;
 pub(crate) mod views;
 

@@ -148,6 +148,55 @@ pub(crate) async fn refresh_gauges(state: &AppState) {
                 .set(n as i64);
         }
         m.endpoints.set_gauges(gauges);
+        tenant_gauges(m, &ctx.tenants());
+    }
+}
+
+/// The tenants' shares of this dispatcher's pool: the top-N by occupancy with series of their
+/// own, the others added up in `tenant="other"`.
+fn tenant_gauges(m: &crate::metrics::Metrics, views: &[crate::dispatcher::TenantView]) {
+    let t = &m.tenants;
+    t.clear();
+    let competing: Vec<&crate::dispatcher::TenantView> = views
+        .iter()
+        .filter(|v| v.in_flight > 0 || v.occupancy > 0.005)
+        .collect();
+    let shares = crate::fairness::fair_shares(
+        &competing
+            .iter()
+            .map(|v| (v.weight, v.max_share))
+            .collect::<Vec<_>>(),
+    );
+    let top = m.settings().top_tenants;
+    let (mut other_occupancy, mut other_in_flight) = (0.0, 0);
+    // `views` is busiest first.
+    for (i, v) in views.iter().enumerate() {
+        if i >= top {
+            other_occupancy += v.occupancy;
+            other_in_flight += i64::from(v.in_flight);
+            continue;
+        }
+        let label = TenantLabel {
+            tenant: v.tenant_id.clone(),
+        };
+        let fair = competing
+            .iter()
+            .position(|c| c.tenant_id == v.tenant_id)
+            .map_or(0.0, |j| shares[j]);
+        t.occupancy_share.get_or_create(&label).set(v.occupancy);
+        t.fair_share.get_or_create(&label).set(fair);
+        t.in_flight
+            .get_or_create(&label)
+            .set(i64::from(v.in_flight));
+        t.weight.get_or_create(&label).set(i64::from(v.weight));
+        t.max_share.get_or_create(&label).set(v.max_share);
+    }
+    if views.len() > top {
+        let other = TenantLabel {
+            tenant: crate::metrics::endpoints::OTHER.to_owned(),
+        };
+        t.occupancy_share.get_or_create(&other).set(other_occupancy);
+        t.in_flight.get_or_create(&other).set(other_in_flight);
     }
 }
 

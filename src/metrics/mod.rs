@@ -167,6 +167,34 @@ pub struct FleetGauges {
     pub mean_service_s: FloatGauge,
 }
 
+/// Each tenant's share of this dispatcher's pool, for the top-N tenants by occupancy; the rest
+/// add up in `tenant="other"` (occupancy and in-flight).
+#[derive(Debug, Default)]
+pub struct TenantGauges {
+    /// Its share of the pool's time over about the last minute, 0–1.
+    pub occupancy_share: Family<TenantLabel, FloatGauge>,
+    /// Its fair share beside the tenants competing now (weights, ceilings applied), 0–1.
+    pub fair_share: Family<TenantLabel, FloatGauge>,
+    /// Deliveries in flight or waiting at a lane.
+    pub in_flight: Family<TenantLabel, Gauge>,
+    /// Its weight in force.
+    pub weight: Family<TenantLabel, Gauge>,
+    /// Its ceiling in force (1: none).
+    pub max_share: Family<TenantLabel, FloatGauge>,
+}
+
+impl TenantGauges {
+    /// Drop every series (before the gauges are set again: a tenant that left the top-N
+    /// leaves no stale series behind).
+    pub fn clear(&self) {
+        self.occupancy_share.clear();
+        self.fair_share.clear();
+        self.in_flight.clear();
+        self.weight.clear();
+        self.max_share.clear();
+    }
+}
+
 /// Every metric sluice exports, in one registry.
 pub struct Metrics {
     registry: Registry,
@@ -197,6 +225,8 @@ pub struct Metrics {
     pub breakers: Family<StateLabel, Gauge>,
     /// Age of the oldest due ready delivery, for the longest-waiting tenants.
     pub oldest_ready_age: Family<TenantLabel, FloatGauge>,
+    /// Tenants' shares of this dispatcher's pool.
+    pub tenants: TenantGauges,
     /// Deliveries by state.
     pub queue_depth: Family<StateLabel, Gauge>,
     /// The autoscaling signal: dispatcher replicas wanted.
@@ -286,6 +316,7 @@ impl Metrics {
             concurrency_limit: Gauge::default(),
             breakers,
             oldest_ready_age: Family::default(),
+            tenants: TenantGauges::default(),
             queue_depth,
             desired_replicas: Gauge::default(),
             fleet: FleetGauges {
@@ -366,6 +397,35 @@ impl Metrics {
             "sluice_oldest_ready_age_seconds",
             "Age of the oldest due ready delivery, for the longest-waiting tenants",
             self.oldest_ready_age.clone(),
+        );
+        let t = &self.tenants;
+        r.register(
+            "sluice_tenant_occupancy_share",
+            "Share of this dispatcher's pool's time a tenant used over about the last minute, \
+             0-1 (top-N tenants by it, the rest as other)",
+            t.occupancy_share.clone(),
+        );
+        r.register(
+            "sluice_tenant_fair_share",
+            "A tenant's fair share of the pool beside the tenants competing now (weights, \
+             ceilings applied), 0-1",
+            t.fair_share.clone(),
+        );
+        r.register(
+            "sluice_tenant_in_flight",
+            "A tenant's deliveries in flight or waiting at a lane in this dispatcher",
+            t.in_flight.clone(),
+        );
+        r.register(
+            "sluice_tenant_weight",
+            "A tenant's weight in force",
+            t.weight.clone(),
+        );
+        r.register(
+            "sluice_tenant_max_share",
+            "A tenant's ceiling in force: the share of the pool it may hold while another \
+             tenant waits (1: none)",
+            t.max_share.clone(),
         );
         r.register(
             "sluice_queue_depth",

@@ -15,10 +15,10 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/tenants"),
     ("get", "/v1/tenants"),
     ("get", "/v1/tenants/{id}"),
-    ("delete", "/v1/tenants/{id}"),
-    ("post", "/v1/tenants/{id}/rotate-token"),
     ("patch", "/v1/tenants/{id}"),
+    ("delete", "/v1/tenants/{id}"),
     ("get", "/v1/tenants/{id}/status"),
+    ("post", "/v1/tenants/{id}/rotate-token"),
     ("post", "/v1/endpoints"),
     ("get", "/v1/endpoints"),
     ("get", "/v1/endpoints/{id}"),
@@ -439,4 +439,129 @@ async fn the_operational_webhook_is_notified_signed_through_the_delivery_machine
         .await;
     assert_eq!(r.status, 204);
     s.stop().await;
+}
+
+/// A tenant's share policy through the admin API: set on create or PATCH, validated (a 422
+/// naming the field, nothing stored), `null` back to the default, operator only; its status
+/// says where it stands, with a delivery made through the dispatcher.
+#[tokio::test]
+async fn a_tenants_share_is_set_and_explained_by_the_operator() {
+    let s = Sluice::start_with(|raw| raw.tenant_max_share = Some(0.5)).await;
+    let r = s
+        .call(
+            Method::POST,
+            "/v1/tenants",
+            Some(ADMIN),
+            Some(json!({"name": "weighted", "weight": 3})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.body["weight"], 3);
+    assert_eq!(r.body["max_share"], Value::Null);
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    let token = r.body["token"].as_str().unwrap().to_owned();
+    let path = format!("/v1/tenants/{id}");
+    for (body, field) in [
+        (json!({"weight": 0}), "weight"),
+        (json!({"weight": 1001}), "weight"),
+        (json!({"max_share": 0}), "max_share"),
+        (json!({"max_share": 1.5}), "max_share"),
+        (json!({"weight": "heavy"}), "weight"),
+    ] {
+        let r = s.call(Method::PATCH, &path, Some(ADMIN), Some(body)).await;
+        assert_problem(&r, 422, Some(field));
+    }
+    let bad_create = json!({"name": "x", "max_share": -1});
+    let r = s
+        .call(Method::POST, "/v1/tenants", Some(ADMIN), Some(bad_create))
+        .await;
+    assert_problem(&r, 422, Some("max_share"));
+    assert_eq!(s.get_ok(&path, ADMIN).await["weight"], 3, "nothing stored");
+    let r = s
+        .call(
+            Method::PATCH,
+            &path,
+            Some(ADMIN),
+            Some(json!({"weight": 7, "max_share": 0.25})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        (r.body["weight"].clone(), r.body["max_share"].clone()),
+        (json!(7), json!(0.25))
+    );
+    // A field left out is kept; null returns it to the default.
+    let r = s
+        .call(
+            Method::PATCH,
+            &path,
+            Some(ADMIN),
+            Some(json!({"weight": null})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["weight"], Value::Null);
+    assert_eq!(r.body["max_share"], 0.25);
+    // The tenant itself may not change its share; another id is a 404.
+    let r = s
+        .call(
+            Method::PATCH,
+            &path,
+            Some(&token),
+            Some(json!({"weight": 9})),
+        )
+        .await;
+    assert_problem(&r, 401, None);
+    let r = s
+        .call(
+            Method::PATCH,
+            "/v1/tenants/ten_nope",
+            Some(ADMIN),
+            Some(json!({"weight": 2})),
+        )
+        .await;
+    assert_problem(&r, 404, None);
+
+    // Its status: the defaults in force (weight 1 from --tenant-weight), its own ceiling.
+    let status = s.get_ok(&format!("{path}/status"), ADMIN).await;
+    assert_eq!(status["tenant_id"], id.as_str());
+    assert_eq!(status["weight"], 1);
+    assert_eq!(status["max_share"], 0.25);
+    assert_eq!(status["condition"], "idle", "{status}");
+    assert!(
+        status["sentence"].as_str().unwrap().starts_with("idle"),
+        "{status}"
+    );
+    // With a delivery made, the dispatcher knows it: alone, its fair share is the whole pool.
+    let rx = receiver::start(Behavior::Fast, false).await.unwrap();
+    s.create_endpoint(&token, &rx.url(), json!({})).await;
+    let m = s
+        .call(
+            Method::POST,
+            "/v1/messages",
+            Some(&token),
+            Some(json!({"event_type": "a", "payload": {}})),
+        )
+        .await;
+    assert_eq!(m.status, 202, "{}", m.text);
+    let msg = m.body["id"].as_str().unwrap().to_owned();
+    s.wait_for(&format!("/v1/messages/{msg}"), &token, |v| {
+        v["deliveries"][0]["state"] == "delivered"
+    })
+    .await;
+    let status = s.get_ok(&format!("{path}/status"), ADMIN).await;
+    assert_eq!(status["fair_share"], 1.0, "{status}");
+    assert!(status["occupancy"].as_f64().is_some(), "{status}");
+    assert_eq!(status["in_flight"], 0, "{status}");
+    // The tenant reads the same account share in its endpoints' evidence.
+    let endpoints = s.get_ok("/v1/endpoints", &token).await;
+    let ep = endpoints["data"][0]["id"].as_str().unwrap().to_owned();
+    let evidence = s
+        .get_ok(&format!("/v1/endpoints/{ep}/status"), &token)
+        .await;
+    assert_eq!(evidence["account_share"]["tenant_id"], id.as_str());
+    let r = s
+        .call(Method::GET, &format!("{path}/status"), Some(&token), None)
+        .await;
+    assert_problem(&r, 401, None);
 }

@@ -10,8 +10,9 @@
 //! 3. `busy alone`: the backlog drained alone, the rate the pool gives it: beside the quiet
 //!    tenant it must keep at least 90 % of it (fair shares are work-conserving);
 //! 4. `weights`: three tenants of weights 1, 2 and 4, each with a backlog over 100 endpoints
-//!    answering in 50 ms (lanes of 16, so the pool, not the lanes, is what they share): their
-//!    deliveries must split 1/7, 2/7, 4/7 (within 10 %);
+//!    answering in 50 ms (lanes of 16, so the pool, not the lanes, is what they share; backlogs
+//!    of 40,000, 80,000 and 160,000, so none runs dry): their deliveries must split 1/7, 2/7,
+//!    4/7 (within 10 %);
 //! 5. `trickle`: one message a second from a third tenant beside the backlog: its latency.
 
 use std::sync::Arc;
@@ -54,6 +55,7 @@ struct Sizes {
     busy_messages: u64,
     busy_service: Duration,
     weighted_endpoints: usize,
+    /// Messages of the weight-1 tenant's backlog; the others have theirs × their weight.
     weighted_messages: u64,
     weighted_service: Duration,
     duration: Duration,
@@ -68,7 +70,7 @@ impl Sizes {
             busy_messages: args.backlog.unwrap_or(args.sized(100, 5)),
             busy_service: Duration::from_millis(args.slow_ms.unwrap_or(200)),
             weighted_endpoints: args.sized(100, 4),
-            weighted_messages: args.sized(600, 20),
+            weighted_messages: args.sized(400, 10),
             weighted_service: Duration::from_millis(50),
             duration: args.duration(20.0),
         }
@@ -498,6 +500,8 @@ async fn phase(
         receivers.push(r);
     }
     if cast.weighted {
+        // All three tenants first, then their backlogs written at once: none starts ahead.
+        let mut fills = Vec::new();
         for &(group, weight) in &WEIGHTED {
             let mode = Mode::Slow(sizes.weighted_service);
             let r = receiver::start(mode, timeline.clone(), group).await?;
@@ -505,9 +509,16 @@ async fn phase(
             let endpoints = sizes.weighted_endpoints;
             let tenant = Tenant::create(sluice, &name, &r.url(), endpoints, Some(16)).await?;
             sluice.tenant_weight(&tenant.id, weight).await?;
-            tenant.fill(&api, group, sizes.weighted_messages).await?;
+            // Backlogs in proportion to the weights, so none runs dry while the others wait.
+            fills.push((tenant, group, sizes.weighted_messages * u64::from(weight)));
             receivers.push(r);
         }
+        futures_util::future::try_join_all(
+            fills
+                .iter()
+                .map(|(tenant, group, messages)| tenant.fill(&api, *group, *messages)),
+        )
+        .await?;
     }
     if cast.quiet {
         let r = receiver::start(Mode::Fast, timeline.clone(), QUIET).await?;

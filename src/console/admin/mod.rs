@@ -66,6 +66,7 @@ pub fn routes() -> Router<Console> {
             "/admin/tenants/{id}/portal-link",
             post(tenants::portal_link),
         )
+        .route("/admin/tenants/{id}/share", post(tenants::set_share))
         .route("/admin/plan", get(plan::show))
 }
 

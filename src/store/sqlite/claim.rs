@@ -7,18 +7,20 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
 use super::db;
 use crate::fairness::{self, Turn};
 use crate::store::*;
 
-/// Tenants that have been served, lowest pass first.
-const ACTIVE_TENANTS: &str = "SELECT tenant_id, pass, cost FROM due_tenants \
-     WHERE pass IS NOT NULL AND due_ms <= ?1 ORDER BY pass, tenant_id";
-/// Tenants newly due (no pass yet), longest due first.
-const FRESH_TENANTS: &str = "SELECT tenant_id, pass, cost FROM due_tenants \
-     WHERE pass IS NULL AND due_ms <= ?1 ORDER BY due_ms, tenant_id";
+/// Tenants that have been served, lowest pass first, with their written policy.
+const ACTIVE_TENANTS: &str = "SELECT d.tenant_id, d.pass, d.cost, t.weight, t.max_share \
+     FROM due_tenants d JOIN tenants t ON t.id = d.tenant_id \
+     WHERE d.pass IS NOT NULL AND d.due_ms <= ?1 ORDER BY d.pass, d.tenant_id";
+/// Tenants newly due (no pass yet), longest due first, with their written policy.
+const FRESH_TENANTS: &str = "SELECT d.tenant_id, d.pass, d.cost, t.weight, t.max_share \
+     FROM due_tenants d JOIN tenants t ON t.id = d.tenant_id \
+     WHERE d.pass IS NULL AND d.due_ms <= ?1 ORDER BY d.due_ms, d.tenant_id";
 /// The highest pass: where a dispatcher's first claim puts its floor.
 const TOP_PASS: &str = "SELECT max(pass) FROM due_tenants";
 /// A tenant's due, enabled endpoints, longest due first (ties by id).
@@ -28,7 +30,6 @@ const TENANT_ENDPOINTS: &str = "SELECT q.endpoint_id FROM due_endpoints q \
 /// Does a tenant have any endpoint due now, enabled or not?
 const TENANT_HAS_DUE: &str =
     "SELECT EXISTS (SELECT 1 FROM due_endpoints WHERE tenant_id = ?1 AND due_ms <= ?2)";
-const TENANT_SHARE: &str = "SELECT weight, max_share FROM tenants WHERE id = ?1";
 /// Apply a charge (see [`fairness::charged`]) to a tenant still due.
 const CHARGE: &str = "UPDATE due_tenants SET pass = max(coalesce(pass, ?2), ?2) + ?3 / \
      max(1, coalesce((SELECT weight FROM tenants WHERE id = ?1), ?4)), \
@@ -87,14 +88,20 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
             let tenant: String = r.get(0).map_err(db)?;
             let (stored, cost): (Option<f64>, Option<f64>) =
                 (r.get(1).map_err(db)?, r.get(2).map_err(db)?);
-            match due_state(c, &tenant, req.now_ms, &exclude)? {
-                Due::Some => {
+            let share = SharePolicy {
+                weight: r.get(3).map_err(db)?,
+                max_share: r.get(4).map_err(db)?,
+            };
+            match due_state(c, &tenant, req.now_ms, limit, &exclude)? {
+                Due::Some(endpoints) => {
                     taken += 1;
                     picks.push(Pick {
                         tenant,
                         stored,
                         fresh,
                         cost,
+                        share,
+                        endpoints,
                     });
                 }
                 Due::Held => {}
@@ -125,21 +132,8 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
             .then_with(|| a.tenant.cmp(&b.tenant))
     });
     picks.truncate(limit);
-    let mut read_share = c.prepare_cached(TENANT_SHARE).map_err(db)?;
     let mut turns = Vec::with_capacity(picks.len());
-    let mut policies = Vec::with_capacity(picks.len());
     for p in &picks {
-        let share = read_share
-            .query_row([&p.tenant], |r| {
-                Ok(SharePolicy {
-                    weight: r.get(0)?,
-                    max_share: r.get(1)?,
-                })
-            })
-            .optional()
-            .map_err(db)?
-            .unwrap_or_default();
-        policies.push(share);
         let room = match tenant_room.get(p.tenant.as_str()) {
             Some(&n) if contended => n,
             _ => u32::MAX,
@@ -147,7 +141,7 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
         turns.push(Turn {
             tenant: &p.tenant,
             pass: fairness::effective_pass(p.stored, floor),
-            weight: share.weight.unwrap_or(req.default_weight).max(1),
+            weight: p.share.weight.unwrap_or(req.default_weight).max(1),
             cost: p.cost.unwrap_or(fairness::DEFAULT_COST),
             room,
         });
@@ -158,7 +152,7 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
     // Read each tenant's quota: its due endpoints in turn, each up to its room.
     let mut read: Vec<Read> = Vec::with_capacity(picks.len());
     for (p, &quota) in picks.iter().zip(&quotas) {
-        read.push(read_tenant(c, req, &p.tenant, quota, &exclude, &rooms)?);
+        read.push(read_tenant(c, req, &p.endpoints, quota, &rooms)?);
     }
     let supplies: Vec<u32> = read.iter().map(|r| r.rows.len() as u32).collect();
     let taken = fairness::choose(&turns, &supplies, req.limit);
@@ -170,12 +164,7 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
     let mut bodies: HashMap<String, (String, String, i64)> = HashMap::new();
     let mut rotate: Vec<&str> = Vec::new();
     let mut moved: Vec<&str> = Vec::new();
-    for (((p, share), (turn, r)), &n) in picks
-        .iter()
-        .zip(&policies)
-        .zip(turns.iter().zip(&read))
-        .zip(&taken)
-    {
+    for ((p, (turn, r)), &n) in picks.iter().zip(turns.iter().zip(&read)).zip(&taken) {
         for row in &r.rows[..n as usize] {
             mark.execute(params![lease_until, token, req.now_ms, row.id])
                 .map_err(db)?;
@@ -198,7 +187,7 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
                 message_created_at_ms: *created,
                 visible_at_ms: row.visible_at_ms,
                 tenant_pass: turn.pass,
-                tenant_share: *share,
+                tenant_share: p.share,
             });
         }
         // Each endpoint read: taken to its last due delivery (its row moves to its next work),
@@ -228,12 +217,15 @@ struct Pick {
     stored: Option<f64>,
     fresh: bool,
     cost: Option<f64>,
+    share: SharePolicy,
+    /// Its due endpoints it may take from, oldest due first.
+    endpoints: Vec<String>,
 }
 
 /// What a tenant's due endpoints look like to this claim.
 enum Due {
-    /// At least one it may take from.
-    Some,
+    /// Endpoints it may take from (and whether more may be due behind them).
+    Some(Vec<String>),
     /// Due endpoints, every one excluded (lane full, paused, breaker open) or disabled.
     Held,
     /// Nothing due at all: its row is early, to be corrected.
@@ -267,15 +259,35 @@ struct Read {
     keeps_turns: bool,
 }
 
-/// Read up to `quota` of a tenant's due deliveries: its due endpoints oldest first (excluded
-/// ones skipped), each up to its room. An endpoint with none due counts one against the quota,
-/// as the PostgreSQL driver's read does.
+/// Charge the dispatcher's previous claims to the tenants' passes.
+fn apply_charges(c: &Connection, req: &ClaimRequest) -> StoreResult<()> {
+    if req.charges.is_empty() {
+        return Ok(());
+    }
+    let mut charge = c.prepare_cached(CHARGE).map_err(db)?;
+    for ch in &req.charges {
+        charge
+            .execute(params![
+                ch.tenant_id,
+                ch.start,
+                ch.seconds,
+                req.default_weight.max(1),
+                req.now_ms,
+                ch.deliveries
+            ])
+            .map_err(db)?;
+    }
+    Ok(())
+}
+
+/// Read up to `quota` of a tenant's due deliveries: its due endpoints oldest first, each up to
+/// its room. An endpoint with none due counts one against the quota, as the PostgreSQL driver's
+/// read does.
 fn read_tenant(
     c: &Connection,
     req: &ClaimRequest,
-    tenant: &str,
+    endpoints: &[String],
     quota: u32,
-    exclude: &HashSet<&str>,
     rooms: &HashMap<&str, u32>,
 ) -> StoreResult<Read> {
     let mut read = Read {
@@ -286,24 +298,9 @@ fn read_tenant(
     if quota == 0 {
         return Ok(read);
     }
-    let wanted = req.limit as usize;
-    let mut s = c.prepare_cached(TENANT_ENDPOINTS).map_err(db)?;
-    let endpoints: Vec<String> = s
-        .query_map(
-            params![tenant, req.now_ms, (wanted + exclude.len()) as i64],
-            |r| r.get(0),
-        )
-        .map_err(db)?
-        .filter(|e| {
-            e.as_ref()
-                .map_or(true, |e: &String| !exclude.contains(e.as_str()))
-        })
-        .take(wanted)
-        .collect::<Result<_, _>>()
-        .map_err(db)?;
     let mut due = c.prepare_cached(CLAIM_DUE).map_err(db)?;
     let mut used = 0u32;
-    for endpoint in &endpoints {
+    for endpoint in endpoints {
         if used >= quota {
             break;
         }
@@ -336,50 +333,37 @@ fn read_tenant(
             supply,
         });
     }
-    read.keeps_turns = used >= quota || endpoints.len() >= wanted;
+    read.keeps_turns = used >= quota || endpoints.len() >= req.limit as usize;
     Ok(read)
 }
 
-/// Charge the dispatcher's previous claims to the tenants' passes.
-fn apply_charges(c: &Connection, req: &ClaimRequest) -> StoreResult<()> {
-    if req.charges.is_empty() {
-        return Ok(());
-    }
-    let mut charge = c.prepare_cached(CHARGE).map_err(db)?;
-    for ch in &req.charges {
-        charge
-            .execute(params![
-                ch.tenant_id,
-                ch.start,
-                ch.seconds,
-                req.default_weight.max(1),
-                req.now_ms,
-                ch.deliveries
-            ])
-            .map_err(db)?;
-    }
-    Ok(())
-}
-
-/// Whether a tenant has due endpoints this claim may take from.
+/// Whether a tenant has due endpoints this claim may take from: its first `wanted` of them
+/// (oldest due first, excluded ones left out).
 fn due_state(
     c: &Connection,
     tenant: &str,
     now_ms: i64,
+    wanted: usize,
     exclude: &HashSet<&str>,
 ) -> StoreResult<Due> {
     let mut s = c.prepare_cached(TENANT_ENDPOINTS).map_err(db)?;
     // Read past the excluded ones, which sort anywhere among the due.
-    let mut rows = s
-        .query(params![tenant, now_ms, (exclude.len() + 1) as i64])
+    let rows: Vec<String> = s
+        .query_map(
+            params![tenant, now_ms, (wanted + exclude.len()) as i64],
+            |r| r.get(0),
+        )
+        .map_err(db)?
+        .collect::<Result<_, _>>()
         .map_err(db)?;
-    let mut seen = false;
-    while let Some(r) = rows.next().map_err(db)? {
-        seen = true;
-        let e: String = r.get(0).map_err(db)?;
-        if !exclude.contains(e.as_str()) {
-            return Ok(Due::Some);
-        }
+    let seen = !rows.is_empty();
+    let endpoints: Vec<String> = rows
+        .into_iter()
+        .filter(|e| !exclude.contains(e.as_str()))
+        .take(wanted)
+        .collect();
+    if !endpoints.is_empty() {
+        return Ok(Due::Some(endpoints));
     }
     if seen {
         return Ok(Due::Held);
