@@ -154,6 +154,8 @@ pub struct DispatchSettings {
     /// The ceiling of a tenant without one of its own: the largest share of the pool it may
     /// hold while another tenant waits, in (0, 1]; 1 is no ceiling.
     pub tenant_max_share: f64,
+    /// How deliveries leave the host: extra CAs, an HTTP proxy, OAuth2 token timeouts.
+    pub egress: crate::egress::settings::EgressSettings,
 }
 
 impl DispatchSettings {
@@ -298,6 +300,7 @@ impl Default for DispatchSettings {
             heartbeat_interval: Duration::from_secs(5),
             tenant_weight: 1,
             tenant_max_share: 1.0,
+            egress: crate::egress::settings::EgressSettings::default(),
         }
     }
 }
@@ -377,6 +380,9 @@ impl Config {
         });
         name(self.console.problems(), &|field| {
             format!("console-{}", flag(field))
+        });
+        name(d.egress.problems(), &|field| {
+            format!("egress-{}", flag(field))
         });
         all
     }
@@ -617,6 +623,10 @@ pub struct RawSettings {
     #[command(flatten)]
     #[serde(default)]
     pub console: RawConsoleSettings,
+    /// How deliveries leave the host (CAs, proxy, token timeouts); an `[egress]` table.
+    #[command(flatten)]
+    #[serde(default)]
+    pub egress: crate::egress::settings::RawEgressSettings,
 }
 
 impl RawSettings {
@@ -668,6 +678,7 @@ impl RawSettings {
             self.allow_network = file.allow_network;
         }
         self.console = self.console.or(file.console);
+        self.egress = self.egress.or(file.egress);
         self
     }
 
@@ -839,6 +850,7 @@ impl RawSettings {
             }
         };
         let console = self.console.parse(&mut errors);
+        d.egress = self.egress.parse(&mut errors);
         let config = Config {
             listen,
             operator_listen,

@@ -177,7 +177,7 @@ proptest! {
                 disabled_reason: None, operational: false, lane_size: None,
                 latency_ceiling_ms: None, connect_timeout_ms: None, read_timeout_ms: None,
                 total_timeout_ms: None, failing_since_ms: None, headers: Default::default(),
-                created_at_ms: now, updated_at_ms: now,
+                tls: Default::default(), oauth2: None, created_at_ms: now, updated_at_ms: now,
             };
             store.create_endpoint(&ep).await.unwrap();
             store.enqueue(&[NewMessage {

@@ -10,6 +10,8 @@ mod client;
 mod dashboard;
 #[path = "console/hostile.rs"]
 mod hostile;
+#[path = "console/https.rs"]
+mod https;
 #[path = "console/portal.rs"]
 mod portal;
 #[path = "console/security.rs"]

@@ -1,5 +1,6 @@
 //! A database written by an earlier schema opens under this one with nothing lost: endpoints
-//! created before the fan-out index existed are found through it after the upgrade.
+//! created before the fan-out index existed are found through it after the upgrade, and take
+//! the TLS and OAuth2 settings added later (SQLite v7, PostgreSQL v9).
 
 use sluice_testkit as support;
 
@@ -45,6 +46,28 @@ async fn check_upgraded(store: SharedStore) {
         set(&["ep_all", "ep_sent"])
     );
     assert_eq!(fan_out_of(&store, "other").await, set(&["ep_all"]));
+
+    // The TLS and OAuth2 columns: an endpoint from before them has no TLS or OAuth2 setting, and takes both.
+    let mut e = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert!(e.tls.is_empty());
+    assert!(e.oauth2.is_none());
+    assert_eq!(e.event_types, ["order.paid", "order.paid"]);
+    e.tls.ca_bundle = Some("-----BEGIN CERTIFICATE-----\n...".into());
+    e.tls.client = Some(sluice::delivery::ClientIdentity {
+        certificate: "cert".into(),
+        key: "key".into(),
+    });
+    e.oauth2 = Some(sluice::delivery::oauth2::Credentials {
+        token_url: "https://idp.example.com/token".into(),
+        client_id: "sluice".into(),
+        client_secret: "secret".into(),
+        scope: Some("webhooks".into()),
+        audience: None,
+        auth: Default::default(),
+    });
+    store.update_endpoint(&e).await.unwrap();
+    let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert_eq!((read.tls, read.oauth2), (e.tls, e.oauth2));
 }
 
 fn v1_inserts(placeholder: impl Fn(usize) -> String) -> String {

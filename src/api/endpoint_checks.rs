@@ -43,35 +43,45 @@ const REFUSED_HEADERS: &[&str] = &[
 /// tabs, newlines and surrounding spaces silently and percent-encodes the rest: the tenant would
 /// not get what they wrote, and PostgreSQL refuses NUL in text.
 pub(crate) async fn check_destination(state: &AppState, url: &str) -> Result<String, Problem> {
+    check_destination_of(state, "url", url).await
+}
+
+/// [`check_destination`] for a URL in `field` (an OAuth2 token endpoint is a destination too).
+/// With an egress proxy, every address of the name must pass, as on every attempt.
+pub(crate) async fn check_destination_of(
+    state: &AppState,
+    field: &str,
+    url: &str,
+) -> Result<String, Problem> {
     if url.len() > 2048 {
         return Err(Problem::unprocessable(
-            "url",
-            "url must be at most 2048 bytes",
+            field,
+            format!("{field} must be at most 2048 bytes"),
         ));
     }
     if let Some(c) = url.chars().find(|c| c.is_control() || *c == ' ') {
         return Err(Problem::unprocessable(
-            "url",
-            format!("url must not contain control characters or spaces (found {c:?})"),
+            field,
+            format!("{field} must not contain control characters or spaces (found {c:?})"),
         ));
     }
     let parsed = state
         .egress
         .check_url(url)
-        .map_err(|e| Problem::unprocessable("url", e.to_string()))?;
+        .map_err(|e| Problem::unprocessable(field, e.to_string()))?;
     if let Some(url::Host::Domain(host)) = parsed.host() {
         let port = parsed.port_or_known_default().unwrap_or(443);
-        state
-            .egress
-            .resolve_checked(host, port)
-            .await
-            .map_err(|e| Problem::unprocessable("url", e.to_string()))?;
+        let checked = match state.settings.egress.proxy {
+            None => state.egress.resolve_checked(host, port).await,
+            Some(_) => state.egress.resolve_all_allowed(host, port).await,
+        };
+        checked.map_err(|e| Problem::unprocessable(field, e.to_string()))?;
     }
     let normal: String = parsed.into();
     if normal.len() > 2048 {
         return Err(Problem::unprocessable(
-            "url",
-            "url must be at most 2048 bytes once normalised",
+            field,
+            format!("{field} must be at most 2048 bytes once normalised"),
         ));
     }
     Ok(normal)

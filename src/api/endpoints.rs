@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
 use super::endpoint_checks::{check_destination, check_event_types, check_headers, check_limits};
+use super::endpoint_tls::{OAuth2In, check_ca_bundle, check_oauth2, identity_of};
 use super::error::{ApiResult, Problem};
 use super::page::{Page, PageQuery, Q};
 use super::views::{EndpointOut, check_id, check_text};
@@ -48,6 +49,16 @@ pub struct CreateEndpoint {
     pub read_timeout_ms: Option<u32>,
     /// Total deadline override, milliseconds.
     pub total_timeout_ms: Option<u32>,
+    /// CA certificates (PEM) trusted for this endpoint beside the operator's and the
+    /// system's: for a receiver whose certificate a private CA signed.
+    pub tls_ca_bundle: Option<String>,
+    /// A client certificate (PEM, then any intermediates) presented when the receiver asks for
+    /// one (mTLS); given with `tls_client_key`.
+    pub tls_client_certificate: Option<String>,
+    /// The client certificate's private key (PEM): write-only, never shown.
+    pub tls_client_key: Option<String>,
+    /// OAuth2 client credentials: a bearer token goes with every attempt.
+    pub oauth2: Option<OAuth2In>,
 }
 
 /// `PATCH /v1/endpoints/{id}`: every field optional; `null` clears an override.
@@ -84,6 +95,25 @@ pub struct UpdateEndpoint {
     #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<u32>)]
     pub total_timeout_ms: Option<Option<u32>>,
+    /// The client certificate presented (PEM, with `tls_client_key`; `null` with it removes
+    /// both).
+    #[serde(default, with = "super::body::double_option")]
+    #[schema(value_type = Option<String>)]
+    pub tls_client_certificate: Option<Option<String>>,
+    /// Its private key (PEM), write-only. To keep presenting the current certificate while a
+    /// receiver moves to the new one, rotate instead.
+    #[serde(default, with = "super::body::double_option")]
+    #[schema(value_type = Option<String>)]
+    pub tls_client_key: Option<Option<String>>,
+    /// CA certificates (PEM) trusted for this endpoint (`null` removes them).
+    #[serde(default, with = "super::body::double_option")]
+    #[schema(value_type = Option<String>)]
+    pub tls_ca_bundle: Option<Option<String>>,
+    /// OAuth2 client credentials (`null` removes them; `client_secret` may be left out to keep
+    /// the stored one).
+    #[serde(default, with = "super::body::double_option")]
+    #[schema(value_type = Option<OAuth2In>)]
+    pub oauth2: Option<Option<OAuth2In>>,
 }
 
 /// A new endpoint row for `tenant`, enabled, with a fresh key of `scheme`.
@@ -138,6 +168,17 @@ pub(crate) async fn create_endpoint(
     )?;
     check_text("description", &req.description, 1000)?;
     let headers = check_headers(&req.headers)?;
+    if let Some(pem) = &req.tls_ca_bundle {
+        check_ca_bundle(pem)?;
+    }
+    let identity = identity_of(
+        req.tls_client_certificate.map(Some),
+        req.tls_client_key.map(Some),
+    )?;
+    let oauth2 = match req.oauth2 {
+        Some(o) => Some(check_oauth2(state, o, None).await?),
+        None => None,
+    };
     let mut endpoint = new_endpoint(
         ids::new_id("ep"),
         tenant.to_owned(),
@@ -153,6 +194,9 @@ pub(crate) async fn create_endpoint(
     endpoint.connect_timeout_ms = req.connect_timeout_ms;
     endpoint.read_timeout_ms = req.read_timeout_ms;
     endpoint.total_timeout_ms = req.total_timeout_ms;
+    endpoint.tls.ca_bundle = req.tls_ca_bundle;
+    endpoint.tls.client = identity.flatten();
+    endpoint.oauth2 = oauth2;
     state.store.create_endpoint(&endpoint).await?;
     Ok(endpoint)
 }
@@ -242,6 +286,15 @@ pub(crate) async fn update_endpoint(
         check_text("description", d, 1000)?;
     }
     let headers = req.headers.as_ref().map(check_headers).transpose()?;
+    if let Some(Some(pem)) = &req.tls_ca_bundle {
+        check_ca_bundle(pem)?;
+    }
+    let identity = identity_of(req.tls_client_certificate, req.tls_client_key)?;
+    let oauth2 = match req.oauth2 {
+        Some(Some(o)) => Some(Some(check_oauth2(state, o, e.oauth2.as_ref()).await?)),
+        Some(None) => Some(None),
+        None => None,
+    };
     check_limits(
         state,
         req.lane_size.flatten(),
@@ -260,6 +313,18 @@ pub(crate) async fn update_endpoint(
     }
     if let Some(headers) = headers {
         e.headers = headers;
+    }
+    if let Some(bundle) = req.tls_ca_bundle {
+        e.tls.ca_bundle = bundle;
+    }
+    if let Some(identity) = identity {
+        // A replacement, not a rotation: nothing of the old identity is kept.
+        e.tls.client = identity;
+        e.tls.previous_client = None;
+        e.tls.previous_client_until_ms = None;
+    }
+    if let Some(oauth2) = oauth2 {
+        e.oauth2 = oauth2;
     }
     set!(
         event_types,

@@ -8,6 +8,7 @@ mod body;
 pub(crate) mod deliveries;
 pub(crate) mod endpoint_actions;
 pub(crate) mod endpoint_checks;
+pub(crate) mod endpoint_tls;
 pub(crate) mod endpoints;
 pub mod error;
 pub mod ingest;
@@ -206,6 +207,7 @@ fn documented(metrics: MetricsOn) -> OpenApiRouter<AppState> {
         .routes(routes!(endpoint_actions::enable))
         .routes(routes!(endpoint_actions::disable))
         .routes(routes!(endpoint_actions::rotate_secret))
+        .routes(routes!(endpoint_tls::rotate_client_certificate))
         .routes(routes!(endpoint_actions::events))
         .routes(routes!(status::status))
         .routes(routes!(deliveries::by_endpoint))

@@ -126,6 +126,16 @@ pub struct EndpointOut {
     pub public_key: Option<String>,
     /// Until when the previous key still signs too (after a rotation); both signatures are sent.
     pub previous_secret_until: Option<Timestamp>,
+    /// CA certificates (PEM) trusted for this endpoint beside the operator's and the system's.
+    pub tls_ca_bundle: Option<String>,
+    /// The client certificate presented when the receiver asks for one (PEM; its key is never
+    /// shown).
+    pub tls_client_certificate: Option<String>,
+    /// Until when the client certificate before the last rotation is still presented (when
+    /// the receiver refuses the current one).
+    pub previous_tls_client_certificate_until: Option<Timestamp>,
+    /// OAuth2 client credentials (the client secret is never shown).
+    pub oauth2: Option<super::endpoint_tls::OAuth2Out>,
     /// When it was created.
     pub created_at: Timestamp,
     /// Last change.
@@ -149,7 +159,13 @@ impl EndpointOut {
                 .ok()
                 .and_then(|k| k.public_key()),
         };
+        let (tls_ca_bundle, tls_client_certificate, previous_identity_until) =
+            super::endpoint_tls::shown(&e.tls);
         Self {
+            oauth2: e.oauth2.as_ref().map(Into::into),
+            tls_ca_bundle,
+            tls_client_certificate,
+            previous_tls_client_certificate_until: previous_identity_until,
             secret: with_secret.then_some(e.secret),
             id: e.id,
             url: e.url,

@@ -1,6 +1,6 @@
 //! The TOML settings file (`--config`): its keys are the flags' names without the dashes in
-//! front (`lane-size = 8`, and a `[console]` table for the `--console-…` flags without that
-//! prefix); the snake_case spelling earlier files used (`lane_size`) is read too, and a key given
+//! front (`lane-size = 8`, and `[console]` and `[egress]` tables for the `--console-…` and
+//! `--egress-…` flags without that prefix); the snake_case spelling earlier files used (`lane_size`) is read too, and a key given
 //! both ways is refused as a duplicate. `sluice.example.toml` at the repository root lists every
 //! setting with its default.
 //!
@@ -72,8 +72,12 @@ mod tests {
         let mut prefix = "";
         for line in EXAMPLE.lines() {
             let line = line.trim();
-            if line == "[console]" {
-                prefix = "console-";
+            if let Some(table) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                prefix = match table {
+                    "console" => "console-",
+                    "egress" => "egress-",
+                    other => panic!("unexpected table [{other}]"),
+                };
                 continue;
             }
             let setting = line.strip_prefix("# ").unwrap_or(line);
@@ -121,8 +125,8 @@ mod tests {
     fn every_setting_reads_under_its_old_spelling() {
         let mut table = "";
         for line in EXAMPLE.lines() {
-            if line == "[console]" {
-                table = "[console]\n";
+            if line == "[console]" || line == "[egress]" {
+                table = line;
             }
             let Some((key, value)) = line.split_once(" = ") else {
                 continue;
@@ -130,7 +134,7 @@ mod tests {
             if key.starts_with('#') || !key.contains('-') {
                 continue;
             }
-            let old = format!("{table}{} = {value}\n", key.replace('-', "_"));
+            let old = format!("{table}\n{} = {value}\n", key.replace('-', "_"));
             assert!(parse(&old).is_ok(), "{old}: {:?}", parse(&old).err());
         }
     }

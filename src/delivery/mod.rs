@@ -1,26 +1,32 @@
-//! One signed HTTP attempt: the shared client, timeouts, the capped body read, phase timing and
+//! One signed HTTP attempt: the shared clients, timeouts, the capped body read, phase timing and
 //! the classification of what came back.
 //!
-//! The client never follows redirects, ignores proxy settings from the environment, resolves
-//! names through the egress guard (so it connects only to addresses that were checked) and keeps
-//! one keep-alive pool sized to the dispatcher's concurrency.
+//! A client never follows redirects, ignores proxy settings from the environment (it uses only
+//! `--egress-proxy`), resolves names through the egress guard (so it connects only to
+//! addresses that were checked) and keeps one keep-alive pool sized to the dispatcher's
+//! concurrency. There is one client per distinct (timeouts, TLS setting): endpoints with their
+//! own CA bundle or client certificate get a client of their own, shared by every endpoint
+//! with the same setting.
 
+mod clients;
+pub mod oauth2;
 mod outcome;
 mod record;
+pub mod timing;
+pub mod tls;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use reqwest::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
-use tokio::time::Instant;
+use reqwest::header::HeaderValue;
 
 use crate::config::AttemptTimeouts;
-use crate::egress::{EgressError, EgressPolicy, GuardedResolver};
-use crate::signing::{self, SigningKey};
+use crate::egress::EgressError;
+use crate::signing::SigningKey;
 
+pub use clients::Clients;
 pub use outcome::{Decision, decide};
 pub use record::{MAX_ERROR_BYTES, attempt_record, storable};
+pub use tls::{ClientIdentity, TlsProfile};
 
 /// Install the process-wide TLS crypto provider (ring) once; safe to call repeatedly.
 pub fn install_tls_provider() {
@@ -42,6 +48,13 @@ pub struct Target {
     pub headers: Vec<(reqwest::header::HeaderName, HeaderValue)>,
     /// Effective timeouts (endpoint overrides within the operator's caps).
     pub timeouts: AttemptTimeouts,
+    /// The endpoint's own TLS setting (CA bundle, client certificate), if it has one.
+    pub tls: Option<TlsProfile>,
+    /// The same setting with the client certificate before the last rotation, during its
+    /// overlap: presented when the receiver refuses the current one.
+    pub previous_tls: Option<TlsProfile>,
+    /// OAuth2 client credentials: a bearer token is fetched and sent with every attempt.
+    pub oauth2: Option<oauth2::Credentials>,
 }
 
 /// Why an attempt failed without a usable response.
@@ -59,8 +72,21 @@ pub enum ErrorKind {
     ConnectionReset,
     /// The name did not resolve.
     Dns,
-    /// TLS failed.
-    Tls,
+    /// The endpoint's certificate chains to no CA sluice trusts.
+    TlsCertificateUnknown,
+    /// The endpoint's certificate has expired (or is not valid yet).
+    TlsCertificateExpired,
+    /// The endpoint's certificate is not valid for the host name in its URL.
+    TlsCertificateName,
+    /// The endpoint refused the client certificate sluice presented (or wanted one).
+    TlsClientCertificate,
+    /// The TLS handshake failed otherwise (a protocol error, no common version or cipher, a
+    /// server that does not speak TLS).
+    TlsHandshake,
+    /// The TLS handshake did not finish within the connect timeout.
+    TlsTimeout,
+    /// The endpoint's OAuth2 token endpoint gave no token.
+    TokenEndpoint,
     /// The egress guard refused the destination (not retried).
     Refused,
     /// Anything else.
@@ -77,7 +103,13 @@ impl ErrorKind {
             ErrorKind::ConnectionRefused => "connection_refused",
             ErrorKind::ConnectionReset => "connection_reset",
             ErrorKind::Dns => "dns",
-            ErrorKind::Tls => "tls",
+            ErrorKind::TlsCertificateUnknown => "tls_certificate_unknown",
+            ErrorKind::TlsCertificateExpired => "tls_certificate_expired",
+            ErrorKind::TlsCertificateName => "tls_certificate_name",
+            ErrorKind::TlsClientCertificate => "tls_client_certificate",
+            ErrorKind::TlsHandshake => "tls_handshake",
+            ErrorKind::TlsTimeout => "tls_timeout",
+            ErrorKind::TokenEndpoint => "token_endpoint",
             ErrorKind::Refused => "destination_refused",
             ErrorKind::Other => "error",
         }
@@ -87,9 +119,31 @@ impl ErrorKind {
     pub fn is_timeout(self) -> bool {
         matches!(
             self,
-            ErrorKind::ConnectTimeout | ErrorKind::ReadTimeout | ErrorKind::TotalTimeout
+            ErrorKind::ConnectTimeout
+                | ErrorKind::ReadTimeout
+                | ErrorKind::TotalTimeout
+                | ErrorKind::TlsTimeout
         )
     }
+
+    /// Every kind, in the order of the enum (the label values of the failures metric).
+    pub const ALL: [ErrorKind; 15] = [
+        ErrorKind::ConnectTimeout,
+        ErrorKind::ReadTimeout,
+        ErrorKind::TotalTimeout,
+        ErrorKind::ConnectionRefused,
+        ErrorKind::ConnectionReset,
+        ErrorKind::Dns,
+        ErrorKind::TlsCertificateUnknown,
+        ErrorKind::TlsCertificateExpired,
+        ErrorKind::TlsCertificateName,
+        ErrorKind::TlsClientCertificate,
+        ErrorKind::TlsHandshake,
+        ErrorKind::TlsTimeout,
+        ErrorKind::TokenEndpoint,
+        ErrorKind::Refused,
+        ErrorKind::Other,
+    ];
 }
 
 /// A response that arrived.
@@ -115,12 +169,23 @@ pub struct Failure {
 /// How long each phase of an attempt took.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Phases {
+    /// Getting an OAuth2 token (zero when a cached one was used).
+    pub token: Duration,
     /// Computing the signature.
     pub sign: Duration,
-    /// From sending to the response headers (includes connect on a cold connection).
+    /// Opening a new connection: name lookup, TCP, a proxy's tunnel (zero on a reused one).
+    pub connect: Duration,
+    /// The TLS handshake of a new connection (zero on a reused one, or plain HTTP).
+    pub tls: Duration,
+    /// From sending to the response headers, less connect and TLS: the request and the
+    /// receiver's answer.
     pub http: Duration,
     /// Reading the (capped) body.
     pub body: Duration,
+    /// Did the attempt open a new connection (so `connect` and `tls` were measured)?
+    pub connected: bool,
+    /// Did it fetch a token (so `token` was measured)?
+    pub fetched_token: bool,
 }
 
 /// Everything one attempt produced.
@@ -136,152 +201,15 @@ pub struct Report {
     pub phases: Phases,
 }
 
-/// The shared HTTP clients: one per distinct (connect, read) timeout pair, each with a
-/// keep-alive pool sized to the concurrency. Nearly every endpoint uses the default pair.
-pub struct Clients {
-    policy: Arc<EgressPolicy>,
-    pool_size: usize,
-    clients: Mutex<HashMap<(Duration, Duration), reqwest::Client>>,
-    max_body_bytes: usize,
-}
-
-impl Clients {
-    /// Clients that resolve through `policy`, keep up to `pool_size` idle connections per host,
-    /// and keep at most `max_body_bytes` of each response.
-    pub fn new(policy: Arc<EgressPolicy>, pool_size: usize, max_body_bytes: usize) -> Self {
-        install_tls_provider();
-        Self {
-            policy,
-            pool_size,
-            clients: Mutex::new(HashMap::new()),
-            max_body_bytes,
-        }
-    }
-
-    /// The egress policy in force.
-    pub fn policy(&self) -> &EgressPolicy {
-        &self.policy
-    }
-
-    fn client(&self, t: &AttemptTimeouts) -> Result<reqwest::Client, Failure> {
-        let key = (t.connect, t.read);
-        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = clients.get(&key) {
-            return Ok(c.clone());
-        }
-        let client = reqwest::Client::builder()
-            .connect_timeout(t.connect)
-            .read_timeout(t.read)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver(self.policy.clone())))
-            .pool_max_idle_per_host(self.pool_size)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| Failure {
-                kind: ErrorKind::Other,
-                message: format!("cannot build the HTTP client: {e}"),
-            })?;
-        clients.insert(key, client.clone());
-        Ok(client)
-    }
-
-    /// Make one signed attempt of `payload` as message `message_id` to `target`.
-    pub async fn attempt(&self, target: &Target, message_id: &str, payload: &str) -> Report {
-        let started_at_ms = crate::clock::now_ms();
-        let started = Instant::now();
-        let mut phases = Phases::default();
-        let result = self
-            .send(target, message_id, payload, started_at_ms, &mut phases)
-            .await;
-        Report {
-            started_at_ms,
-            duration: started.elapsed(),
-            result,
-            phases,
-        }
-    }
-
-    async fn send(
-        &self,
-        target: &Target,
-        message_id: &str,
-        payload: &str,
-        started_at_ms: i64,
-        phases: &mut Phases,
-    ) -> Result<Response, Failure> {
-        // IP-literal hosts never reach the resolver: check them here, on every attempt.
-        self.policy
-            .check_url(target.url.as_str())
-            .map_err(|e| Failure {
-                kind: ErrorKind::Refused,
-                message: e.to_string(),
-            })?;
-        let client = self.client(&target.timeouts)?;
-        let clock = Instant::now();
-        let timestamp_s = started_at_ms / 1000;
-        let signature =
-            signing::signature_header(&target.secrets, message_id, timestamp_s, payload.as_bytes());
-        phases.sign = clock.elapsed();
-
-        let clock = Instant::now();
-        let mut request = client.post(target.url.clone());
-        // The endpoint's headers first: sluice's own come after and cannot be overridden (the
-        // API refuses the names anyway), except `User-Agent`, which the endpoint's replaces so
-        // that one goes out, not two.
-        for (name, value) in &target.headers {
-            request = request.header(name, value);
-        }
-        if !target.headers.iter().any(|(name, _)| name == USER_AGENT) {
-            request = request.header(USER_AGENT, HeaderValue::from_static("sluice/0.1"));
-        }
-        let request = request
-            .timeout(target.timeouts.total)
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .header(signing::WEBHOOK_ID, message_id)
-            .header(signing::WEBHOOK_TIMESTAMP, timestamp_s.to_string())
-            .header(signing::WEBHOOK_SIGNATURE, signature)
-            .body(payload.to_owned());
-        let mut response = request
-            .send()
-            .await
-            .map_err(|e| classify(&e, clock.elapsed(), &target.timeouts))?;
-        phases.http = clock.elapsed();
-
-        let clock = Instant::now();
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| crate::retry::parse_retry_after(v, std::time::SystemTime::now()));
-        let mut body = Vec::new();
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    let room = self.max_body_bytes - body.len();
-                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                    if body.len() >= self.max_body_bytes {
-                        break; // the rest is dropped with the connection
-                    }
-                }
-                Ok(None) => break,
-                // A broken body after a status line still counts as the status we got.
-                Err(_) => break,
-            }
-        }
-        phases.body = clock.elapsed();
-        Ok(Response {
-            status,
-            retry_after,
-            body,
-        })
-    }
-}
-
-/// Classify a client error by walking its causes.
-fn classify(e: &reqwest::Error, elapsed: Duration, t: &AttemptTimeouts) -> Failure {
+/// Classify a client error by walking its causes: the egress guard's refusal, then a TLS error
+/// (from the rustls error itself), then timeouts and I/O errors. `handshake_unfinished` tells a
+/// connect timeout in the middle of a TLS handshake from one before it.
+fn classify(
+    e: &reqwest::Error,
+    elapsed: Duration,
+    t: &AttemptTimeouts,
+    handshake_unfinished: bool,
+) -> Failure {
     let message = error_chain(e);
     if let Some(refused) = EgressError::find_in(e) {
         let kind = if refused.is_refused() {
@@ -294,8 +222,16 @@ fn classify(e: &reqwest::Error, elapsed: Duration, t: &AttemptTimeouts) -> Failu
             message: refused.to_string(),
         };
     }
+    if let Some(tls) = tls::find_tls_error(e) {
+        return Failure {
+            kind: tls::classify(tls),
+            message,
+        };
+    }
     let kind = if e.is_timeout() {
-        if e.is_connect() {
+        if e.is_connect() && handshake_unfinished {
+            ErrorKind::TlsTimeout
+        } else if e.is_connect() {
             ErrorKind::ConnectTimeout
         } else if elapsed + Duration::from_millis(50) >= t.total {
             ErrorKind::TotalTimeout
@@ -315,8 +251,6 @@ fn classify(e: &reqwest::Error, elapsed: Duration, t: &AttemptTimeouts) -> Failu
         }
     } else if message.contains("dns") || message.contains("resolve") {
         ErrorKind::Dns
-    } else if message.contains("tls") || message.contains("certificate") {
-        ErrorKind::Tls
     } else if message.contains("closed") || message.contains("reset") {
         ErrorKind::ConnectionReset
     } else if e.is_connect() {
@@ -327,7 +261,7 @@ fn classify(e: &reqwest::Error, elapsed: Duration, t: &AttemptTimeouts) -> Failu
     Failure { kind, message }
 }
 
-fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+pub(crate) fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = current {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
@@ -338,7 +272,7 @@ fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io:
     None
 }
 
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut current = e.source();
     while let Some(err) = current {
@@ -347,4 +281,38 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         current = err.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` holds every kind once: the metric's label values and the attempt log's names agree.
+    #[test]
+    fn every_error_kind_has_its_own_name() {
+        let names: std::collections::BTreeSet<&str> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), ErrorKind::ALL.len());
+        for kind in ErrorKind::ALL {
+            // An exhaustive match: a new kind fails to compile here until it is in `ALL`.
+            let listed = match kind {
+                ErrorKind::ConnectTimeout
+                | ErrorKind::ReadTimeout
+                | ErrorKind::TotalTimeout
+                | ErrorKind::ConnectionRefused
+                | ErrorKind::ConnectionReset
+                | ErrorKind::Dns
+                | ErrorKind::TlsCertificateUnknown
+                | ErrorKind::TlsCertificateExpired
+                | ErrorKind::TlsCertificateName
+                | ErrorKind::TlsClientCertificate
+                | ErrorKind::TlsHandshake
+                | ErrorKind::TlsTimeout
+                | ErrorKind::TokenEndpoint
+                | ErrorKind::Refused
+                | ErrorKind::Other => true,
+            };
+            assert!(listed);
+        }
+    }
 }

@@ -260,6 +260,39 @@ mod tests {
         assert!(matches!(d.outcome, SettleOutcome::Retry { .. }));
     }
 
+    /// Certificate and handshake failures, and a token endpoint that gives no token, are
+    /// failures (the error breaker and auto-disable count them) retried on the schedule; none
+    /// of them is throttling, and only a handshake that stalled slows the governor like a
+    /// timeout.
+    #[test]
+    fn tls_and_token_failures_are_failures_never_throttling() {
+        for kind in [
+            ErrorKind::TlsCertificateUnknown,
+            ErrorKind::TlsCertificateExpired,
+            ErrorKind::TlsCertificateName,
+            ErrorKind::TlsClientCertificate,
+            ErrorKind::TlsHandshake,
+            ErrorKind::TlsTimeout,
+            ErrorKind::TokenEndpoint,
+        ] {
+            let d = decide(&failure(kind), 1, &RetrySchedule::default(), HOUR, 0, 0.5);
+            assert!(d.failed, "{kind:?}");
+            assert!(matches!(d.outcome, SettleOutcome::Retry { .. }), "{kind:?}");
+            assert!(d.pause.is_none(), "{kind:?}");
+            let expected = match kind {
+                ErrorKind::TlsTimeout => Observation::Timeout,
+                _ => Observation::OtherFailure,
+            };
+            assert_eq!(d.observation, expected, "{kind:?}");
+            assert_ne!(d.kind, AttemptKind::Throttled);
+            assert_ne!(
+                d.kind,
+                AttemptKind::Other,
+                "{kind:?} is named in the evidence"
+            );
+        }
+    }
+
     #[test]
     fn a_refused_destination_is_not_retried() {
         let d = decide(

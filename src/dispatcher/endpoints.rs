@@ -12,10 +12,10 @@ use crate::admission::breaker::{Breaker, BreakerSettings};
 use crate::admission::governor::{self, GovernorState};
 use crate::admission::lane::Lane;
 use crate::config::{AttemptTimeouts, DispatchSettings};
-use crate::delivery::Target;
+use crate::delivery::{Target, TlsProfile};
 use crate::signing::SigningKey;
 use crate::stats::Window;
-use crate::store::{Endpoint, SharedStore, StoreError};
+use crate::store::{Endpoint, EndpointTls, SharedStore, StoreError};
 
 /// How long a loaded endpoint configuration is trusted before it is read again.
 const CONFIG_TTL: Duration = Duration::from_secs(5);
@@ -360,6 +360,7 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         read: pick(e.read_timeout_ms, settings.timeouts.read, caps.read),
         total: pick(e.total_timeout_ms, settings.timeouts.total, caps.total),
     };
+    let (tls, previous_tls) = tls_profiles(&e.tls);
     Ok(Arc::new(Target {
         endpoint_id: e.id.clone(),
         tenant_id: e.tenant_id.clone(),
@@ -367,7 +368,26 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         secrets,
         headers,
         timeouts,
+        tls,
+        previous_tls,
+        oauth2: e.oauth2.clone(),
     }))
+}
+
+/// The endpoint's TLS setting, and the same with the client identity it rotated away from
+/// while that one's overlap lasts.
+fn tls_profiles(t: &EndpointTls) -> (Option<TlsProfile>, Option<TlsProfile>) {
+    if t.is_empty() {
+        return (None, None);
+    }
+    let current = TlsProfile::new(t.ca_bundle.clone(), t.client.clone());
+    let previous = match (&t.previous_client, t.previous_client_until_ms) {
+        (Some(identity), Some(until)) if until > crate::clock::now_ms() => {
+            Some(TlsProfile::new(t.ca_bundle.clone(), Some(identity.clone())))
+        }
+        _ => None,
+    };
+    (Some(current), previous)
 }
 
 /// A claimed delivery counted against its endpoint's room until it reaches the lane; dropping

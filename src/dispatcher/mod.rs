@@ -284,8 +284,9 @@ impl Dispatcher {
         let (settle_tx, settle_rx) = mpsc::channel(settings.concurrency.ceiling() as usize * 2);
         metrics.concurrency_limit.set(i64::from(concurrency));
         let ctx = Arc::new(Ctx {
-            clients: Clients::new(
+            clients: Clients::with_egress(
                 policy,
+                &settings.egress,
                 settings.concurrency.ceiling() as usize,
                 settings.max_response_bytes,
             ),

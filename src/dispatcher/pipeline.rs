@@ -18,7 +18,7 @@ use crate::admission::governor::{self, Observation};
 use crate::admission::lane::Lane;
 use crate::admission::{self, Candidate, FleetCount, Held};
 use crate::delivery::{self, Report};
-use crate::metrics::{Count, HostLabel, Metrics, PhaseLabel};
+use crate::metrics::{Count, ErrorKindLabel, HostLabel, Metrics, PhaseLabel};
 use crate::notify;
 use crate::store::{AttemptRecord, Claimed, EndpointEvent, SettleOutcome, Settlement, StoreError};
 
@@ -253,14 +253,27 @@ fn observe(
             host: host.to_owned(),
         })
         .observe(report.duration.as_secs_f64());
-    for (phase, took) in [
-        ("sign", report.phases.sign),
-        ("http", report.phases.http),
-        ("body", report.phases.body),
+    if let Err(f) = &report.result {
+        m.attempt_errors
+            .get_or_create(&ErrorKindLabel {
+                kind: f.kind.as_str(),
+            })
+            .inc();
+    }
+    let p = &report.phases;
+    for (phase, took, measured) in [
+        ("token", p.token, p.fetched_token),
+        ("sign", p.sign, true),
+        ("connect", p.connect, p.connected),
+        ("tls", p.tls, p.connected && p.tls > Duration::ZERO),
+        ("http", p.http, true),
+        ("body", p.body, true),
     ] {
-        m.phase_seconds
-            .get_or_create(&PhaseLabel { phase })
-            .observe(took.as_secs_f64());
+        if measured {
+            m.phase_seconds
+                .get_or_create(&PhaseLabel { phase })
+                .observe(took.as_secs_f64());
+        }
     }
 }
 

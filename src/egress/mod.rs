@@ -12,6 +12,7 @@ use ipnet::IpNet;
 use url::{Host, Url};
 
 pub mod embedded;
+pub mod settings;
 
 // The deny lists are the IANA IPv4 and IPv6 Special-Purpose Address Registries (RFC 6890 and
 // its updates): every block whose "Globally Reachable" is False or N/A is refused, whole (the
@@ -252,17 +253,70 @@ impl EgressPolicy {
     }
 }
 
+impl EgressPolicy {
+    /// Resolves `host` and fails when any of its addresses is refused: for a destination reached
+    /// through a proxy, which picks the address itself.
+    pub async fn resolve_all_allowed(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, EgressError> {
+        let resolved = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|source| EgressError::Resolve {
+                host: host.to_owned(),
+                source,
+            })?
+            .collect::<Vec<_>>();
+        for addr in &resolved {
+            if let Some(range) = self.refusal(addr.ip()) {
+                return Err(EgressError::refused(host, addr.ip(), range));
+            }
+        }
+        Ok(resolved)
+    }
+}
+
 /// The HTTP client's DNS resolver: it returns only addresses the policy allows, so reqwest connects to
 /// exactly what was checked. IP-literal URLs bypass resolvers; [`EgressPolicy::check_url`] covers them.
 #[derive(Debug, Clone)]
-pub struct GuardedResolver(pub Arc<EgressPolicy>);
+pub struct GuardedResolver {
+    policy: Arc<EgressPolicy>,
+    /// The egress proxy's host: the operator chose it, and it usually lives on a private
+    /// network, so its addresses are not checked.
+    trusted: Option<String>,
+}
+
+impl GuardedResolver {
+    /// A resolver that checks every name against `policy`.
+    pub fn new(policy: Arc<EgressPolicy>) -> Self {
+        Self {
+            policy,
+            trusted: None,
+        }
+    }
+
+    /// A resolver that checks every name but `trusted` (the egress proxy's host).
+    pub fn trusting(policy: Arc<EgressPolicy>, trusted: Option<String>) -> Self {
+        Self { policy, trusted }
+    }
+}
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = Arc::clone(&self.0);
+        let policy = Arc::clone(&self.policy);
+        let trusted = self
+            .trusted
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case(name.as_str()));
         Box::pin(async move {
             // Port 0: reqwest applies the URL's (or the scheme's default) port.
-            let addrs = policy.resolve_checked(name.as_str(), 0).await?;
+            let addrs = match trusted {
+                true => tokio::net::lookup_host((name.as_str(), 0))
+                    .await?
+                    .collect::<Vec<_>>(),
+                false => policy.resolve_checked(name.as_str(), 0).await?,
+            };
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
     }
@@ -412,7 +466,7 @@ mod tests {
     fn client(policy: EgressPolicy) -> reqwest::Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         reqwest::Client::builder()
-            .dns_resolver(Arc::new(GuardedResolver(Arc::new(policy))))
+            .dns_resolver(Arc::new(GuardedResolver::new(Arc::new(policy))))
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .build()

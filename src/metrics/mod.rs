@@ -10,7 +10,7 @@
 //!   20), with everything else in `endpoint="other"` (see [`endpoints`]);
 //! - `tenant` only on `sluice_oldest_ready_age_seconds`, for the N tenants whose oldest ready
 //!   delivery has waited longest (`--metrics-top-tenants`, default 20);
-//! - small fixed sets: `phase`, `state`, `reason`, `listener`.
+//! - small fixed sets: `phase`, `state`, `reason`, `listener`, `kind` (an attempt's error kind).
 //!
 //! Every counter exists from the start at 0, failure counters included, so `rate()` and
 //! `increase()` see the first failure.
@@ -41,12 +41,22 @@ pub use endpoints::{Count, EndpointGauges, EndpointSeries};
 /// `{phase="sign"}`
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
-    /// sign, http, body, settle.
+    /// token, sign, connect, tls, http, body, settle.
     pub phase: &'static str,
 }
 
-/// The phases of one attempt, and the settle that follows.
-pub const PHASES: [&str; 4] = ["sign", "http", "body", "settle"];
+/// The phases of one attempt, and the settle that follows. `connect` (name lookup, TCP, a
+/// proxy's tunnel) and `tls` (the handshake) are observed only for attempts that opened a new
+/// connection, `token` only for attempts that fetched an OAuth2 token: their counts are how
+/// many did, and `http` is the request and its answer without them.
+pub const PHASES: [&str; 7] = ["token", "sign", "connect", "tls", "http", "body", "settle"];
+
+/// `{kind="tls_certificate_unknown"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorKindLabel {
+    /// An attempt's error kind (the attempt log's `error_kind`).
+    pub kind: &'static str,
+}
 
 /// `{host="example.com"}`
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -197,6 +207,8 @@ pub struct Metrics {
     pub service_seconds: Histogram,
     /// One phase of an attempt.
     pub phase_seconds: Family<PhaseLabel, Histogram>,
+    /// Attempts that failed without a response, by error kind.
+    pub attempt_errors: Family<ErrorKindLabel, Counter>,
     /// Attempt duration per destination host (for the occupancy-share query).
     pub delivery_duration: Family<HostLabel, Histogram>,
     /// Message accepted → delivered.
@@ -269,6 +281,12 @@ impl Metrics {
         for phase in PHASES {
             let _ = phase_seconds.get_or_create(&PhaseLabel { phase });
         }
+        let attempt_errors = Family::<ErrorKindLabel, Counter>::default();
+        for kind in crate::delivery::ErrorKind::ALL {
+            let _ = attempt_errors.get_or_create(&ErrorKindLabel {
+                kind: kind.as_str(),
+            });
+        }
         let delivery_duration = Family::<HostLabel, Histogram>::new_with_constructor(
             latency_histogram as fn() -> Histogram,
         );
@@ -295,6 +313,7 @@ impl Metrics {
             deliveries_held,
             service_seconds: latency_histogram(),
             phase_seconds,
+            attempt_errors,
             delivery_duration,
             end_to_end_seconds: latency_histogram(),
             // 0.1 ms to 6.5 s, doubling: fine enough to tell a claim's p99 from its p50.
@@ -346,6 +365,12 @@ impl Metrics {
             "webhook_phase_seconds",
             "Duration of one phase of a delivery attempt",
             self.phase_seconds.clone(),
+        );
+        r.register(
+            "sluice_attempt_errors",
+            "Attempts that failed without a response, by error kind (timeouts, refused, DNS, \
+             TLS certificate and handshake failures, OAuth2 token endpoint failures)",
+            self.attempt_errors.clone(),
         );
         r.register(
             "delivery_duration_seconds",

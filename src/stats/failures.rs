@@ -1,6 +1,6 @@
 //! How an attempt ended, as the evidence tells a customer: delivered, or failed in one of the
 //! ways that call for different remedies (nothing listening, too slow, a server error, asking
-//! us to slow down, anything else).
+//! us to slow down, a certificate or TLS handshake problem, no OAuth2 token, anything else).
 
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -18,7 +18,21 @@ pub enum AttemptKind {
     ServerError,
     /// Answered 429.
     Throttled,
-    /// Anything else: a 3xx or 4xx answer, a reset, DNS, TLS, a refused destination.
+    /// Its certificate chains to no CA sluice trusts.
+    CertificateUnknown,
+    /// Its certificate has expired (or is not valid yet).
+    CertificateExpired,
+    /// Its certificate is for another host name.
+    CertificateName,
+    /// It refused sluice's client certificate (or wanted one).
+    ClientCertificate,
+    /// The TLS handshake failed otherwise.
+    TlsHandshake,
+    /// The TLS handshake did not finish in time.
+    TlsTimeout,
+    /// Its OAuth2 token endpoint gave no token.
+    Token,
+    /// Anything else: a 3xx or 4xx answer, a reset, DNS, a refused destination.
     Other,
 }
 
@@ -33,6 +47,14 @@ impl AttemptKind {
             (Some(_), _) => Self::Other,
             (None, Some("connection_refused")) => Self::Refused,
             (None, Some(kind)) if kind.starts_with("timeout") => Self::TimedOut,
+            (None, Some("tls_certificate_unknown")) => Self::CertificateUnknown,
+            (None, Some("tls_certificate_expired")) => Self::CertificateExpired,
+            (None, Some("tls_certificate_name")) => Self::CertificateName,
+            (None, Some("tls_client_certificate")) => Self::ClientCertificate,
+            // `tls` is how attempts were recorded before TLS failures were told apart.
+            (None, Some("tls_handshake" | "tls")) => Self::TlsHandshake,
+            (None, Some("tls_timeout")) => Self::TlsTimeout,
+            (None, Some("token_endpoint")) => Self::Token,
             (None, _) => Self::Other,
         }
     }
@@ -49,7 +71,21 @@ pub struct FailureCounts {
     pub server_error: u32,
     /// 429 answers.
     pub throttled: u32,
-    /// Every other failure (3xx and 4xx answers, resets, DNS, TLS).
+    /// Certificates no trusted CA signed.
+    pub certificate_unknown: u32,
+    /// Expired (or not yet valid) certificates.
+    pub certificate_expired: u32,
+    /// Certificates for another host name.
+    pub certificate_name: u32,
+    /// Our client certificate refused.
+    pub client_certificate: u32,
+    /// TLS handshakes that failed otherwise.
+    pub tls_handshake: u32,
+    /// TLS handshakes that did not finish in time.
+    pub tls_timeout: u32,
+    /// No OAuth2 token from the token endpoint.
+    pub token: u32,
+    /// Every other failure (3xx and 4xx answers, resets, DNS, refused destinations).
     pub other: u32,
 }
 
@@ -62,46 +98,79 @@ impl FailureCounts {
             AttemptKind::TimedOut => &mut self.timed_out,
             AttemptKind::ServerError => &mut self.server_error,
             AttemptKind::Throttled => &mut self.throttled,
+            AttemptKind::CertificateUnknown => &mut self.certificate_unknown,
+            AttemptKind::CertificateExpired => &mut self.certificate_expired,
+            AttemptKind::CertificateName => &mut self.certificate_name,
+            AttemptKind::ClientCertificate => &mut self.client_certificate,
+            AttemptKind::TlsHandshake => &mut self.tls_handshake,
+            AttemptKind::TlsTimeout => &mut self.tls_timeout,
+            AttemptKind::Token => &mut self.token,
             AttemptKind::Other => &mut self.other,
         };
         *slot = slot.saturating_add(1);
     }
 
-    /// Add `other`'s counts.
-    pub fn add(&mut self, other: &FailureCounts) {
-        self.refused = self.refused.saturating_add(other.refused);
-        self.timed_out = self.timed_out.saturating_add(other.timed_out);
-        self.server_error = self.server_error.saturating_add(other.server_error);
-        self.throttled = self.throttled.saturating_add(other.throttled);
-        self.other = self.other.saturating_add(other.other);
-    }
-
-    /// All failures.
-    pub fn total(&self) -> u64 {
+    /// Each count with the words that tell it, in the order equal counts are told.
+    fn told(&self) -> [(u32, &'static str); 12] {
         [
-            self.refused,
-            self.timed_out,
-            self.server_error,
-            self.throttled,
-            self.other,
-        ]
-        .iter()
-        .map(|n| u64::from(*n))
-        .sum()
-    }
-
-    /// The failures in words, most frequent first: `12 refused the connection, 3 timed out`.
-    pub fn describe(&self) -> String {
-        let mut parts = [
             (self.refused, "refused the connection"),
             (self.timed_out, "timed out"),
             (self.server_error, "answered 5xx"),
             (self.throttled, "answered 429 (slow down)"),
             (
-                self.other,
-                "failed otherwise (3xx or 4xx, reset, DNS or TLS)",
+                self.certificate_unknown,
+                "presented a TLS certificate no trusted CA signed",
             ),
-        ];
+            (
+                self.certificate_expired,
+                "presented an expired (or not yet valid) TLS certificate",
+            ),
+            (
+                self.certificate_name,
+                "presented a TLS certificate for another host name",
+            ),
+            (
+                self.client_certificate,
+                "refused our TLS client certificate",
+            ),
+            (self.tls_handshake, "failed the TLS handshake"),
+            (self.tls_timeout, "did not finish the TLS handshake in time"),
+            (
+                self.token,
+                "got no OAuth2 token (the token endpoint failed)",
+            ),
+            (self.other, "failed otherwise (3xx or 4xx, reset or DNS)"),
+        ]
+    }
+
+    /// Add `other`'s counts.
+    pub fn add(&mut self, other: &FailureCounts) {
+        for (mine, theirs) in [
+            (&mut self.refused, other.refused),
+            (&mut self.timed_out, other.timed_out),
+            (&mut self.server_error, other.server_error),
+            (&mut self.throttled, other.throttled),
+            (&mut self.certificate_unknown, other.certificate_unknown),
+            (&mut self.certificate_expired, other.certificate_expired),
+            (&mut self.certificate_name, other.certificate_name),
+            (&mut self.client_certificate, other.client_certificate),
+            (&mut self.tls_handshake, other.tls_handshake),
+            (&mut self.tls_timeout, other.tls_timeout),
+            (&mut self.token, other.token),
+            (&mut self.other, other.other),
+        ] {
+            *mine = mine.saturating_add(theirs);
+        }
+    }
+
+    /// All failures.
+    pub fn total(&self) -> u64 {
+        self.told().iter().map(|(n, _)| u64::from(*n)).sum()
+    }
+
+    /// The failures in words, most frequent first: `12 refused the connection, 3 timed out`.
+    pub fn describe(&self) -> String {
+        let mut parts = self.told();
         // Stable: equal counts keep the order above.
         parts.sort_by_key(|p| std::cmp::Reverse(p.0));
         parts
@@ -130,6 +199,30 @@ mod tests {
             (None, Some("timeout_read"), AttemptKind::TimedOut),
             (None, Some("timeout_connect"), AttemptKind::TimedOut),
             (None, Some("connection_reset"), AttemptKind::Other),
+            (
+                None,
+                Some("tls_certificate_unknown"),
+                AttemptKind::CertificateUnknown,
+            ),
+            (
+                None,
+                Some("tls_certificate_expired"),
+                AttemptKind::CertificateExpired,
+            ),
+            (
+                None,
+                Some("tls_certificate_name"),
+                AttemptKind::CertificateName,
+            ),
+            (
+                None,
+                Some("tls_client_certificate"),
+                AttemptKind::ClientCertificate,
+            ),
+            (None, Some("tls_handshake"), AttemptKind::TlsHandshake),
+            (None, Some("tls"), AttemptKind::TlsHandshake),
+            (None, Some("tls_timeout"), AttemptKind::TlsTimeout),
+            (None, Some("token_endpoint"), AttemptKind::Token),
             (None, None, AttemptKind::Other),
         ];
         for (status, error, kind) in cases {
@@ -155,5 +248,18 @@ mod tests {
         assert_eq!(f.total(), 3);
         assert_eq!(f.describe(), "2 refused the connection, 1 timed out");
         assert_eq!(FailureCounts::default().describe(), "");
+        let mut tls = FailureCounts::default();
+        for kind in [
+            AttemptKind::CertificateUnknown,
+            AttemptKind::CertificateUnknown,
+            AttemptKind::Token,
+        ] {
+            tls.record(kind);
+        }
+        assert_eq!(
+            tls.describe(),
+            "2 presented a TLS certificate no trusted CA signed, 1 got no OAuth2 token (the token \
+             endpoint failed)"
+        );
     }
 }

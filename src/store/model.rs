@@ -66,10 +66,62 @@ pub struct Endpoint {
     /// Headers sent with every attempt, lower-case names (checked by the API: no hop-by-hop,
     /// `webhook-*` or framing headers).
     pub headers: BTreeMap<String, String>,
+    /// Its own TLS setting: CA certificates to trust, a client certificate to present.
+    #[serde(skip)]
+    pub tls: EndpointTls,
+    /// OAuth2 client credentials: a bearer token goes with every attempt.
+    #[serde(skip)]
+    pub oauth2: Option<crate::delivery::oauth2::Credentials>,
     /// When it was created.
     pub created_at_ms: i64,
     /// Last change.
     pub updated_at_ms: i64,
+}
+
+/// An endpoint's own TLS setting, stored as one JSON text column.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct EndpointTls {
+    /// CA certificates (PEM) trusted for this endpoint beside the process-wide ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+    /// The client certificate and key presented when the endpoint asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<crate::delivery::ClientIdentity>,
+    /// The client identity before the last rotation, still presented (when the current one is
+    /// refused) until `previous_client_until_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_client: Option<crate::delivery::ClientIdentity>,
+    /// End of the client certificate's rotation overlap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_client_until_ms: Option<i64>,
+}
+
+impl EndpointTls {
+    /// Nothing set: the process-wide trust, no client certificate.
+    pub fn is_empty(&self) -> bool {
+        self.ca_bundle.is_none() && self.client.is_none() && self.previous_client.is_none()
+    }
+
+    /// The stored form: JSON, or NULL when nothing is set.
+    pub fn to_column(&self) -> Option<String> {
+        (!self.is_empty()).then(|| serde_json::to_string(self).unwrap_or_default())
+    }
+
+    /// From the stored form (NULL or unreadable: nothing set).
+    pub fn from_column(text: Option<&str>) -> Self {
+        text.and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// OAuth2 credentials in their stored form: JSON, or NULL.
+pub fn oauth2_column(c: &Option<crate::delivery::oauth2::Credentials>) -> Option<String> {
+    c.as_ref().and_then(|c| serde_json::to_string(c).ok())
+}
+
+/// OAuth2 credentials from their stored form.
+pub fn oauth2_from_column(text: Option<&str>) -> Option<crate::delivery::oauth2::Credentials> {
+    text.and_then(|t| serde_json::from_str(t).ok())
 }
 
 impl Endpoint {
@@ -95,6 +147,8 @@ impl Endpoint {
             total_timeout_ms: None,
             failing_since_ms: None,
             headers: BTreeMap::new(),
+            tls: EndpointTls::default(),
+            oauth2: None,
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
         }

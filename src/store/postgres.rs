@@ -39,6 +39,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("sql/postgres_006_write_path.sql")),
     (7, include_str!("sql/postgres_007_dispatcher_liveness.sql")),
     (8, include_str!("sql/postgres_008_tenant_shares.sql")),
+    (9, include_str!("sql/postgres_009_endpoint_tls_oauth2.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

@@ -34,6 +34,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("sql/sqlite_004_endpoint_headers.sql")),
     (5, include_str!("sql/sqlite_005_dispatchers.sql")),
     (6, include_str!("sql/sqlite_006_tenant_shares.sql")),
+    (7, include_str!("sql/sqlite_007_endpoint_tls_oauth2.sql")),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.

@@ -27,6 +27,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/endpoints/{id}/enable"),
     ("post", "/v1/endpoints/{id}/disable"),
     ("post", "/v1/endpoints/{id}/rotate-secret"),
+    ("post", "/v1/endpoints/{id}/rotate-client-certificate"),
     ("get", "/v1/endpoints/{id}/events"),
     ("get", "/v1/endpoints/{id}/status"),
     ("get", "/v1/endpoints/{id}/deliveries"),

@@ -165,6 +165,12 @@ impl Sluice {
         Ok(out["id"].as_str().context("endpoint id")?.to_owned())
     }
 
+    /// Create an endpoint of the tenant `token` from a full request `body`; returns its id.
+    pub(crate) async fn endpoint_with(&self, token: &str, body: Value) -> anyhow::Result<String> {
+        let out = self.post("/v1/endpoints", token, body).await?;
+        Ok(out["id"].as_str().context("endpoint id")?.to_owned())
+    }
+
     /// Create an endpoint of the tenant `token` delivering to `url` the events of `event_type`
     /// only; returns its id.
     pub(crate) async fn subscriber(

@@ -20,7 +20,7 @@
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
-//!   [`tenants`]; [`procs`]: the `sluice serve` and `redis-server` processes of a fleet.
+//!   [`tenants`], [`tls`]; [`procs`]: the `sluice serve` and `redis-server` processes of a fleet.
 
 mod backlog;
 mod chart;
@@ -45,6 +45,7 @@ mod tenants;
 mod throttled;
 mod throughput;
 mod timeline;
+mod tls;
 mod watch;
 
 use std::path::PathBuf;
@@ -80,6 +81,9 @@ pub enum Scenario {
     /// One tenant's backlog (2,000 endpoints, 200,000 deliveries) beside a quiet tenant, weights
     /// 1:2:4, a trickle: fair shares across tenants, with pass/fail verdicts.
     Tenants,
+    /// HTTPS receivers (a test CA made for the run) over keep-alive and with a handshake per
+    /// delivery, beside plain HTTP: connect and TLS phases, what keep-alive saves.
+    Tls,
 }
 
 impl Scenario {
@@ -95,6 +99,7 @@ impl Scenario {
             Scenario::Replay => "replay",
             Scenario::Fleet => "fleet",
             Scenario::Tenants => "tenants",
+            Scenario::Tls => "tls",
         }
     }
 }
@@ -287,6 +292,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Replay => replay::run(&args).await?,
         Scenario::Fleet => fleet::run(&args).await?,
         Scenario::Tenants => tenants::run(&args).await?,
+        Scenario::Tls => tls::run(&args).await?,
     };
     if args.json {
         println!("{}", report.json());

@@ -62,6 +62,16 @@ pub(crate) async fn start(
     timeline: Arc<Timeline>,
     group: usize,
 ) -> std::io::Result<Receiver> {
+    start_with(mode, timeline, group, receiver::Options::default()).await
+}
+
+/// [`start`] served as `options` say (HTTPS, no keep-alive); the observer is added here.
+pub(crate) async fn start_with(
+    mode: Mode,
+    timeline: Arc<Timeline>,
+    group: usize,
+    options: receiver::Options,
+) -> std::io::Result<Receiver> {
     let behavior = match mode {
         Mode::Fast => Behavior::Fast,
         Mode::Slow(delay) => Behavior::Slow(delay),
@@ -81,5 +91,9 @@ pub(crate) async fn start(
         group,
         on_arrival: !matches!(mode, Mode::Capped { .. }),
     };
-    receiver::start_observed(behavior, Arc::new(observer)).await
+    let options = receiver::Options {
+        observer: Some(Arc::new(observer)),
+        ..options
+    };
+    receiver::start_with(behavior, options).await
 }

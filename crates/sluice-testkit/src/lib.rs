@@ -10,16 +10,21 @@
 //! - [`services`]: a fresh PostgreSQL database or SQLite store per test, the Redis URL, the
 //!   independent signature verifier; a missing service skips loudly, or fails under CI.
 //! - [`freeze_proxy`]: a TCP proxy that stops forwarding on demand (a hung database).
+//! - [`egress_proxy`]: a real HTTP egress proxy (Debian's tinyproxy) with a log to read.
+//! - [`tls`]: a test CA made at test time, its server and client certificates, the server
+//!   configuration of an HTTPS receiver (optionally requiring a client certificate).
 //!
 //! An endpoint row with defaults is the product's own `sluice::store::Endpoint::new`.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod egress_proxy;
 pub mod freeze_proxy;
 pub mod harness;
 pub mod receiver;
 pub mod services;
+pub mod tls;
 
 pub use harness::{ADMIN, Sluice, test_settings};
 pub use services::{

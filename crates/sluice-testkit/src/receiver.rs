@@ -2,7 +2,9 @@
 //! never answers), throttling (429 + Retry-After), capped (429 above a concurrency it can take,
 //! changeable while running), flaky, gone (410), redirecting, oversized, and hostile (fixed raw
 //! bytes: NUL, invalid UTF-8, huge). Each records what it received and its peak concurrency,
-//! and may tell an [`Observer`] about every request (a benchmark's timeline).
+//! and may tell an [`Observer`] about every request (a benchmark's timeline). Any of them can
+//! speak HTTPS ([`Options::tls`], certificates from [`crate::tls`]) and close every connection
+//! after its answer ([`Options::close`]: no keep-alive).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -110,6 +112,8 @@ pub struct Record {
     in_flight: AtomicUsize,
     peak: AtomicUsize,
     received: Mutex<Vec<Received>>,
+    handshakes: AtomicU64,
+    handshake_failures: AtomicU64,
     keep: bool,
 }
 
@@ -138,6 +142,14 @@ impl Record {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+    /// TLS handshakes completed (new connections, for an HTTPS receiver).
+    pub fn handshakes(&self) -> u64 {
+        self.handshakes.load(Ordering::Acquire)
+    }
+    /// TLS handshakes that failed (a client that did not trust us, or we did not trust).
+    pub fn handshake_failures(&self) -> u64 {
+        self.handshake_failures.load(Ordering::Acquire)
+    }
     /// Distinct webhook ids received.
     pub fn distinct_ids(&self) -> std::collections::HashSet<String> {
         self.received().into_iter().map(|r| r.id).collect()
@@ -152,12 +164,27 @@ pub struct Receiver {
     pub record: Arc<Record>,
     capacity: Arc<AtomicUsize>,
     task: JoinHandle<()>,
+    tls: bool,
+}
+
+/// How a receiver serves, besides how it answers.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// Serve HTTPS with this configuration (see [`crate::tls::server_config`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Close every connection after its answer (`Connection: close`): no keep-alive.
+    pub close: bool,
+    /// Record every request's headers and body (tests), not only count them (benchmarks).
+    pub keep: bool,
+    /// Told about every request.
+    pub observer: Option<Arc<dyn Observer>>,
 }
 
 impl Receiver {
-    /// Its URL (`http://127.0.0.1:PORT/hook`).
+    /// Its URL (`http://127.0.0.1:PORT/hook`, or `https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}/hook", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}/hook", self.addr)
     }
 
     /// Change how many requests a [`Behavior::Capped`] receiver serves at once.
@@ -178,6 +205,7 @@ struct Shared {
     record: Arc<Record>,
     capacity: Arc<AtomicUsize>,
     observer: Option<Arc<dyn Observer>>,
+    close: bool,
 }
 
 /// Start a receiver on 127.0.0.1 with a free port; `keep` records every request's headers and
@@ -192,8 +220,16 @@ pub async fn start_observed(
     behavior: Behavior,
     observer: Arc<dyn Observer>,
 ) -> std::io::Result<Receiver> {
-    let addr = "127.0.0.1:0".parse().expect("literal");
-    serve(addr, behavior, false, Some(observer)).await
+    let options = Options {
+        observer: Some(observer),
+        ..Options::default()
+    };
+    start_with(behavior, options).await
+}
+
+/// Start a receiver on 127.0.0.1 with a free port, served as `options` say.
+pub async fn start_with(behavior: Behavior, options: Options) -> std::io::Result<Receiver> {
+    serve("127.0.0.1:0".parse().expect("literal"), behavior, options).await
 }
 
 /// Start a receiver on a given address.
@@ -202,21 +238,25 @@ pub async fn start_on(
     behavior: Behavior,
     keep: bool,
 ) -> std::io::Result<Receiver> {
-    serve(addr, behavior, keep, None).await
+    let options = Options {
+        keep,
+        ..Options::default()
+    };
+    serve(addr, behavior, options).await
 }
 
 async fn serve(
     addr: SocketAddr,
     behavior: Behavior,
-    keep: bool,
-    observer: Option<Arc<dyn Observer>>,
+    options: Options,
 ) -> std::io::Result<Receiver> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let record = Arc::new(Record {
-        keep,
+        keep: options.keep,
         ..Record::default()
     });
+    let tls = options.tls.is_some();
     let capacity = Arc::new(AtomicUsize::new(match behavior {
         Behavior::Capped { capacity, .. } => capacity,
         _ => usize::MAX,
@@ -228,19 +268,52 @@ async fn serve(
             behavior,
             record: record.clone(),
             capacity: capacity.clone(),
-            observer,
+            observer: options.observer,
+            close: options.close,
         };
         let app = Router::new().fallback(any(handle)).with_state(shared);
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        })
+        match options.tls {
+            None => tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            }),
+            Some(config) => tokio::spawn(serve_tls(listener, app, config, record.clone())),
+        }
     };
     Ok(Receiver {
         addr,
         record,
         capacity,
         task,
+        tls,
     })
+}
+
+/// Accept TLS connections and serve `app` on each (HTTP/1.1 with keep-alive), counting the
+/// handshakes that completed and those that failed.
+async fn serve_tls(
+    listener: TcpListener,
+    app: Router,
+    config: Arc<rustls::ServerConfig>,
+    record: Arc<Record>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    while let Ok((tcp, _)) = listener.accept().await {
+        let (acceptor, app, record) = (acceptor.clone(), app.clone(), record.clone());
+        tokio::spawn(async move {
+            let stream = match acceptor.accept(tcp).await {
+                Ok(stream) => stream,
+                Err(_) => {
+                    record.handshake_failures.fetch_add(1, Ordering::AcqRel);
+                    return;
+                }
+            };
+            record.handshakes.fetch_add(1, Ordering::AcqRel);
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 async fn blackhole(listener: TcpListener, record: Arc<Record>) {
@@ -281,9 +354,15 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
         observer.request(&headers, &body);
         observer.arrived(&body);
     }
-    let response = answer(&s, n, now, &headers, &body).await;
+    let mut response = answer(&s, n, now, &headers, &body).await;
     if let Some(observer) = &s.observer {
         observer.answered(&body, response.status());
+    }
+    if s.close {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
     }
     response
 }

@@ -226,7 +226,8 @@ pub async fn update(
     CsrfForm(values): CsrfForm<EndpointForm>,
 ) -> Result<Response, ConsoleError> {
     let e = endpoint_of(&console, &portal, &id).await?;
-    let outcome = match values.to_update() {
+    let current = e.tls.client.as_ref().map(|c| c.certificate.as_str());
+    let outcome = match values.to_update(current) {
         Ok(req) => update_endpoint(&console.app, &portal.tenant.id, &e.id, req)
             .await
             .map_err(FieldError::from),
@@ -350,6 +351,9 @@ pub fn actions(e: &Endpoint, csrf: &str) -> Markup {
                 (post_button(&format!("{base}/enable"), csrf, "Enable", "primary"))
             }
             (post_button(&format!("{base}/rotate-secret"), csrf, "Rotate secret", ""))
+            @if e.tls.client.is_some() {
+                a.button href={(base) "/client-certificate"} { "Rotate client certificate" }
+            }
             a.button href={"/console/portal/messages?endpoint=" (e.id)} { "Deliveries" }
             a.button.danger href={(base) "/delete"} { "Delete" }
         }

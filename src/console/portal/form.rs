@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::https;
 use crate::api::endpoints::{CreateEndpoint, UpdateEndpoint};
 use crate::api::error::Problem;
 use crate::console::page::csrf_field;
@@ -34,6 +35,22 @@ pub struct EndpointForm {
     pub total_timeout_ms: String,
     /// Headers sent with every attempt, one `Name: value` per line.
     pub headers: String,
+    /// CA certificates (PEM) trusted for this endpoint.
+    pub tls_ca_bundle: String,
+    /// The client certificate presented (PEM).
+    pub tls_client_certificate: String,
+    /// Its key (PEM; write-only: blank keeps the stored one).
+    pub tls_client_key: String,
+    /// OAuth2 token endpoint; blank for none.
+    pub oauth2_token_url: String,
+    /// OAuth2 client id.
+    pub oauth2_client_id: String,
+    /// OAuth2 client secret (write-only: blank keeps the stored one).
+    pub oauth2_client_secret: String,
+    /// OAuth2 scopes.
+    pub oauth2_scope: String,
+    /// OAuth2 audience.
+    pub oauth2_audience: String,
 }
 
 /// A field and what is wrong with it.
@@ -60,7 +77,7 @@ fn text(n: Option<u32>) -> String {
 
 impl From<&Endpoint> for EndpointForm {
     fn from(e: &Endpoint) -> Self {
-        Self {
+        let mut form = Self {
             url: e.url.clone(),
             description: e.description.clone(),
             event_types: e.event_types.join(", "),
@@ -75,7 +92,10 @@ impl From<&Endpoint> for EndpointForm {
                 .map(|(name, value)| format!("{name}: {value}"))
                 .collect::<Vec<_>>()
                 .join("\n"),
-        }
+            ..Self::default()
+        };
+        super::https::fill(&mut form, e);
+        form
     }
 }
 
@@ -125,13 +145,23 @@ impl EndpointForm {
             read_timeout_ms: number("read_timeout_ms", &self.read_timeout_ms)?,
             total_timeout_ms: number("total_timeout_ms", &self.total_timeout_ms)?,
             headers: header_lines(&self.headers)?,
+            tls_ca_bundle: https::optional(&self.tls_ca_bundle),
+            tls_client_certificate: https::optional(&self.tls_client_certificate),
+            tls_client_key: https::optional(&self.tls_client_key),
+            oauth2: https::oauth2(self),
             ..CreateEndpoint::default()
         })
     }
 
-    /// The API request that makes an endpoint match this form (blank overrides are cleared).
-    pub fn to_update(&self) -> Result<UpdateEndpoint, FieldError> {
+    /// The API request that makes an endpoint match this form (blank overrides are cleared);
+    /// `current` is the client certificate stored now (kept when the form leaves it as it is).
+    pub fn to_update(&self, current: Option<&str>) -> Result<UpdateEndpoint, FieldError> {
+        let (tls_client_certificate, tls_client_key) = https::identity_update(self, current)?;
         Ok(UpdateEndpoint {
+            tls_ca_bundle: Some(https::optional(&self.tls_ca_bundle)),
+            tls_client_certificate,
+            tls_client_key,
+            oauth2: Some(https::oauth2(self)),
             url: Some(self.url.trim().to_owned()),
             event_types: Some(self.types()),
             description: Some(self.description.trim().to_owned()),
@@ -204,6 +234,7 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
     ];
     let general = error.filter(|e| {
         !FIELDS.contains(&e.field.as_str())
+            && !https::FIELDS.contains(&e.field.as_str())
             && e.field != "headers"
             && !e.field.starts_with("headers.")
     });
@@ -228,6 +259,7 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
                 (field("read_timeout_ms", "Read timeout (ms)", "blank for the default", "text", &values.read_timeout_ms, error))
                 (field("total_timeout_ms", "Total deadline (ms)", "blank for the default", "text", &values.total_timeout_ms, error))
             }
+            (https::section(values, error))
             p { button.primary type="submit" { (ctx.submit) } }
         }
     }
@@ -252,7 +284,7 @@ mod tests {
             ["order.created", "order.paid", "invoice.sent"]
         );
         assert_eq!((c.lane_size, c.read_timeout_ms), (Some(4), None));
-        let u = form.to_update().unwrap();
+        let u = form.to_update(None).unwrap();
         assert_eq!(u.lane_size, Some(Some(4)));
         assert_eq!(u.total_timeout_ms, Some(None));
         let bad = EndpointForm {
@@ -276,6 +308,6 @@ mod tests {
             headers: "no colon here".into(),
             ..form
         };
-        assert_eq!(bad.to_update().unwrap_err().field, "headers");
+        assert_eq!(bad.to_update(None).unwrap_err().field, "headers");
     }
 }

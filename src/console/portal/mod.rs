@@ -14,6 +14,7 @@
 pub mod endpoints;
 pub mod evidence;
 pub mod form;
+pub mod https;
 pub mod message;
 pub mod messages;
 pub mod payload;
@@ -97,6 +98,10 @@ pub fn routes() -> Router<Console> {
         .route(
             "/portal/endpoints/{id}/rotate-secret",
             post(endpoints::rotate),
+        )
+        .route(
+            "/portal/endpoints/{id}/client-certificate",
+            get(https::rotate_form).post(https::rotate),
         )
         .route(
             "/portal/endpoints/{id}/delete",

@@ -12,7 +12,7 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms, headers";
+    created_at_ms, updated_at_ms, headers, tls, oauth2";
 
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
@@ -361,6 +361,8 @@ fn endpoint_row(r: &Row) -> Endpoint {
         created_at_ms: r.get(17),
         updated_at_ms: r.get(18),
         headers: serde_json::from_str(r.get::<_, &str>(19)).unwrap_or_default(),
+        tls: EndpointTls::from_column(r.get(20)),
+        oauth2: oauth2_from_column(r.get(21)),
     }
 }
 
@@ -381,7 +383,7 @@ pub(super) async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20)"
+             $20, $21, $22)"
         ),
         &[
             &e.id,
@@ -404,6 +406,8 @@ pub(super) async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
             &e.created_at_ms,
             &e.updated_at_ms,
             &headers_json(e),
+            &e.tls.to_column(),
+            &oauth2_column(&e.oauth2),
         ],
     )
     .await
@@ -482,7 +486,8 @@ pub(super) async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
              previous_secret = $7, previous_secret_until_ms = $8, enabled = $9, \
              disabled_reason = $10, lane_size = $11, latency_ceiling_ms = $12, \
              connect_timeout_ms = $13, read_timeout_ms = $14, total_timeout_ms = $15, \
-             updated_at_ms = $16, headers = $17 WHERE id = $1 AND tenant_id = $2",
+             updated_at_ms = $16, headers = $17, tls = $18, oauth2 = $19 \
+             WHERE id = $1 AND tenant_id = $2",
             &[
                 &e.id,
                 &e.tenant_id,
@@ -501,6 +506,8 @@ pub(super) async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
                 &big(e.total_timeout_ms),
                 &e.updated_at_ms,
                 &headers_json(e),
+                &e.tls.to_column(),
+                &oauth2_column(&e.oauth2),
             ],
         )
         .await

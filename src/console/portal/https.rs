@@ -1,0 +1,221 @@
+//! The endpoint form's "HTTPS and authentication" section: the endpoint's own CA bundle, the
+//! client certificate sluice presents and its key, and OAuth2 client credentials; and the page
+//! that rotates the client certificate with an overlap. The key and the client secret are
+//! write-only: never shown, and a blank field keeps what is stored.
+
+use maud::{Markup, html};
+
+use super::form::{EndpointForm, FieldError};
+use crate::api::endpoint_tls::OAuth2In;
+use crate::delivery::oauth2::ClientAuth;
+use crate::store::Endpoint;
+
+/// The section's fields, as the form holds them (blank: not set).
+pub const FIELDS: [&str; 9] = [
+    "tls_ca_bundle",
+    "tls_client_certificate",
+    "tls_client_key",
+    "oauth2.token_url",
+    "oauth2.client_id",
+    "oauth2.client_secret",
+    "oauth2.scope",
+    "oauth2.audience",
+    "oauth2",
+];
+
+fn blank(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Fill the section from what `e` has stored (never its key or client secret).
+pub fn fill(form: &mut EndpointForm, e: &Endpoint) {
+    form.tls_ca_bundle = e.tls.ca_bundle.clone().unwrap_or_default();
+    form.tls_client_certificate = e
+        .tls
+        .client
+        .as_ref()
+        .map(|c| c.certificate.clone())
+        .unwrap_or_default();
+    if let Some(o) = &e.oauth2 {
+        form.oauth2_token_url = o.token_url.clone();
+        form.oauth2_client_id = o.client_id.clone();
+        form.oauth2_scope = o.scope.clone().unwrap_or_default();
+        form.oauth2_audience = o.audience.clone().unwrap_or_default();
+    }
+}
+
+/// The OAuth2 credentials the form asks for: none without a token URL; a blank secret is left
+/// out (on an update the stored one is kept).
+pub fn oauth2(form: &EndpointForm) -> Option<OAuth2In> {
+    let token_url = blank(&form.oauth2_token_url)?;
+    Some(OAuth2In {
+        token_url,
+        client_id: form.oauth2_client_id.trim().to_owned(),
+        client_secret: blank(&form.oauth2_client_secret),
+        scope: blank(&form.oauth2_scope),
+        audience: blank(&form.oauth2_audience),
+        client_auth: ClientAuth::Basic,
+    })
+}
+
+/// An update of a write-only pair: unchanged (`None`), removed (`Some(None)`) or set.
+type PairUpdate = (Option<Option<String>>, Option<Option<String>>);
+
+/// The client identity an update asks for: a blank certificate removes it; the certificate
+/// stored, unchanged, with a blank key keeps it; anything else needs its key.
+pub fn identity_update(
+    form: &EndpointForm,
+    current: Option<&str>,
+) -> Result<PairUpdate, FieldError> {
+    let certificate = blank(&form.tls_client_certificate);
+    let key = blank(&form.tls_client_key);
+    match (certificate, key) {
+        (None, _) => Ok((Some(None), Some(None))),
+        (Some(c), None) if current.map(str::trim) == Some(c.as_str()) => Ok((None, None)),
+        (Some(_), None) => Err(FieldError {
+            field: "tls_client_key".into(),
+            detail: "a new client certificate needs its key".into(),
+        }),
+        (Some(c), Some(k)) => Ok((Some(Some(c)), Some(Some(k)))),
+    }
+}
+
+/// `Some` when `text` is not blank.
+pub fn optional(text: &str) -> Option<String> {
+    blank(text)
+}
+
+fn area(name: &str, label: &str, hint: &str, value: &str, error: Option<&FieldError>) -> Markup {
+    let id = format!("f-{}", name.replace('.', "-"));
+    let wrong = error.filter(|e| e.field == name);
+    html! {
+        label for=(id) { (label) " " span.hint { (hint) } }
+        textarea id=(id) name=(name.replace('.', "_")) rows="3" spellcheck="false" { (value) }
+        @if let Some(e) = wrong { p.field-error role="alert" { (e.detail) } }
+    }
+}
+
+fn line(
+    name: &str,
+    label: &str,
+    hint: &str,
+    kind: &str,
+    value: &str,
+    error: Option<&FieldError>,
+) -> Markup {
+    let id = format!("f-{}", name.replace('.', "-"));
+    let wrong = error.filter(|e| e.field == name);
+    html! {
+        label for=(id) { (label) " " span.hint { (hint) } }
+        input id=(id) type=(kind) name=(name.replace('.', "_")) value=(value) autocomplete="off";
+        @if let Some(e) = wrong { p.field-error role="alert" { (e.detail) } }
+    }
+}
+
+/// The section, open when one of its fields is at fault.
+pub fn section(values: &EndpointForm, error: Option<&FieldError>) -> Markup {
+    let open = error.is_some_and(|e| FIELDS.contains(&e.field.as_str()));
+    html! {
+        details.https open[open] {
+            summary { "HTTPS and authentication" }
+            (area("tls_ca_bundle", "CA certificates (PEM)",
+                "trusted for this endpoint beside the usual ones, for a certificate a private CA signed; optional",
+                &values.tls_ca_bundle, error))
+            (area("tls_client_certificate", "Client certificate (PEM)",
+                "presented when your receiver asks for one (mTLS); optional",
+                &values.tls_client_certificate, error))
+            (area("tls_client_key", "Client key (PEM)",
+                "write-only: never shown; blank keeps the stored key",
+                "", error))
+            (line("oauth2.token_url", "OAuth2 token URL",
+                "client credentials: a bearer token goes with every webhook; optional", "url",
+                &values.oauth2_token_url, error))
+            (line("oauth2.client_id", "OAuth2 client id", "", "text", &values.oauth2_client_id, error))
+            (line("oauth2.client_secret", "OAuth2 client secret",
+                "write-only: never shown; blank keeps the stored secret", "password", "", error))
+            (line("oauth2.scope", "OAuth2 scope", "space-separated; optional", "text", &values.oauth2_scope, error))
+            (line("oauth2.audience", "OAuth2 audience", "optional", "text", &values.oauth2_audience, error))
+        }
+    }
+}
+
+/// The rotation form: a new client certificate and its key (write-only).
+#[derive(Debug, Default, Clone, serde::Deserialize)]
+#[serde(default)]
+pub struct RotateForm {
+    /// The new certificate (PEM).
+    pub tls_client_certificate: String,
+    /// Its key (PEM).
+    pub tls_client_key: String,
+}
+
+fn rotate_page(
+    e: &Endpoint,
+    csrf: &str,
+    values: &RotateForm,
+    error: Option<&FieldError>,
+) -> Markup {
+    html! {
+        section.narrow {
+            h1 { "Rotate the client certificate" }
+            p.url { strong { (e.url) } }
+            p { "The new certificate is presented first. Until the overlap ends, when your receiver \
+                 refuses it the current one is presented instead, so you can trust the new one \
+                 whenever you are ready." }
+            form.endpoint method="post" action={"/console/portal/endpoints/" (e.id) "/client-certificate"} {
+                (crate::console::page::csrf_field(csrf))
+                (area("tls_client_certificate", "New client certificate (PEM)", "then any intermediates",
+                    &values.tls_client_certificate, error))
+                (area("tls_client_key", "Its key (PEM)", "write-only: never shown", "", error))
+                div.actions {
+                    button.primary type="submit" { "Rotate" }
+                    a.button href={"/console/portal/endpoints/" (e.id)} { "Cancel" }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /console/portal/endpoints/{id}/client-certificate`
+pub async fn rotate_form(
+    axum::extract::State(console): axum::extract::State<crate::console::Console>,
+    portal: super::Portal,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Markup, crate::console::page::ConsoleError> {
+    let e = super::endpoints::endpoint_of(&console, &portal, &id).await?;
+    let body = rotate_page(&e, &portal.csrf, &RotateForm::default(), None);
+    Ok(portal.page("Rotate the client certificate", body))
+}
+
+/// `POST /console/portal/endpoints/{id}/client-certificate`: the API's rotation; its problems
+/// come back next to the field.
+pub async fn rotate(
+    axum::extract::State(console): axum::extract::State<crate::console::Console>,
+    portal: super::Portal,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    crate::console::guard::CsrfForm(values): crate::console::guard::CsrfForm<RotateForm>,
+) -> Result<axum::response::Response, crate::console::page::ConsoleError> {
+    use axum::response::IntoResponse;
+    let e = super::endpoints::endpoint_of(&console, &portal, &id).await?;
+    let rotated = crate::api::endpoint_tls::rotate_identity(
+        &console.app,
+        &portal.tenant.id,
+        &e.id,
+        values.tls_client_certificate.trim(),
+        values.tls_client_key.trim(),
+    )
+    .await;
+    match rotated {
+        Ok(e) => {
+            let to = format!("/console/portal/endpoints/{}", e.id);
+            Ok(axum::response::Redirect::to(&to).into_response())
+        }
+        Err(problem) => {
+            let error = FieldError::from(problem);
+            let body = rotate_page(&e, &portal.csrf, &values, Some(&error));
+            let page = portal.page("Rotate the client certificate", body);
+            Ok((axum::http::StatusCode::UNPROCESSABLE_ENTITY, page).into_response())
+        }
+    }
+}
