@@ -89,7 +89,8 @@ const CLAIM: &str = "WITH fl AS ( \
             LEFT JOIN LATERAL ( \
                 SELECT d.id, d.visible_at_ms FROM deliveries d \
                 WHERE d.endpoint_id = q.endpoint_id AND d.state = 0 AND d.visible_at_ms <= $1::bigint \
-                ORDER BY d.visible_at_ms LIMIT q.room) d ON true \
+                ORDER BY d.visible_at_ms LIMIT q.room \
+                FOR UPDATE SKIP LOCKED) d ON true \
             LIMIT sel.quota) r \
         WHERE sel.quota > 0 \
     ), numbered AS ( \
@@ -100,18 +101,15 @@ const CLAIM: &str = "WITH fl AS ( \
         SELECT n.id FROM numbered n \
         CROSS JOIN LATERAL (SELECT s.pass, s.rate FROM sel s WHERE s.tenant_id = n.tenant_id) s \
         ORDER BY s.pass + n.k / s.rate, n.tenant_id, n.k LIMIT $3::bigint \
-    ), picked AS ( \
-        SELECT d.id FROM deliveries d WHERE d.id = ANY(ARRAY(SELECT id FROM chosen)) AND d.state = 0 \
-        FOR UPDATE SKIP LOCKED \
     ), leased AS ( \
         UPDATE deliveries d SET state = 1, lease_until_ms = $5, lease_token = $6, \
             updated_at_ms = $1::bigint \
-        WHERE d.id = ANY(ARRAY(SELECT id FROM picked)) \
+        WHERE d.id = ANY(ARRAY(SELECT id FROM chosen)) \
         RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempts, d.visible_at_ms \
     ), eps AS ( \
         SELECT r.tenant_id, r.endpoint_id, r.due_ms, min(r.room) AS room, count(r.id) AS supply, \
             count(p.id) AS got, count(*) AS used \
-        FROM rows0 r LEFT JOIN picked p ON p.id = r.id \
+        FROM rows0 r LEFT JOIN chosen p ON p.id = r.id \
         GROUP BY r.tenant_id, r.endpoint_id, r.due_ms \
     ), judged AS ( \
         SELECT e.endpoint_id, e.tenant_id, e.supply, e.got, \
