@@ -10,17 +10,13 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::admission::breaker::BreakerSettings;
-use crate::admission::governor::GovernorSettings;
+use crate::console::settings::{ConsoleSettings, RawConsoleSettings};
+use crate::dispatcher::{DispatchSettings, parse_concurrency};
 use crate::metrics::MetricsSettings;
-use crate::retry::{RetrySchedule, ShedSettings};
 use crate::server::listener::ListenerSettings;
-use problem::{Problems, shown};
+use crate::setting::{Problems, SettingProblem, parse_duration, shown};
 
 pub mod file;
-pub mod problem;
-
-pub use problem::SettingProblem;
 
 /// Which parts of sluice this process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -49,258 +45,6 @@ impl Role {
             Role::All => "all",
             Role::Api => "api",
             Role::Dispatcher => "dispatcher",
-        }
-    }
-}
-
-/// The global bound on in-flight attempts: fixed, or sized from live load.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Concurrency {
-    /// A fixed number of in-flight attempts.
-    Fixed(u32),
-    /// Sized by the Erlang C calculator from live load, within `[min, max]`.
-    Auto {
-        /// Lower bound.
-        min: u32,
-        /// Upper bound.
-        max: u32,
-    },
-}
-
-impl Concurrency {
-    /// The bound to start with.
-    pub fn initial(self) -> u32 {
-        match self {
-            Concurrency::Fixed(n) => n,
-            Concurrency::Auto { min, .. } => min,
-        }
-    }
-    /// The largest bound it may reach.
-    pub fn ceiling(self) -> u32 {
-        match self {
-            Concurrency::Fixed(n) => n,
-            Concurrency::Auto { max, .. } => max,
-        }
-    }
-}
-
-/// Timeouts of one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttemptTimeouts {
-    /// TCP (and TLS) connect.
-    pub connect: Duration,
-    /// Longest silence while reading the response.
-    pub read: Duration,
-    /// The whole attempt, from connect to the last byte read.
-    pub total: Duration,
-}
-
-/// Everything the dispatcher needs, validated.
-#[derive(Debug, Clone)]
-pub struct DispatchSettings {
-    /// Global bound on in-flight attempts.
-    pub concurrency: Concurrency,
-    /// Most deliveries one claim may lease.
-    pub claim_batch: u32,
-    /// Lease duration; always longer than the total attempt deadline plus the lane deadline.
-    pub lease_ttl: Duration,
-    /// How often the reaper returns expired leases.
-    pub reap_interval: Duration,
-    /// Consecutive lease expiries (no settle between them: a settle resets the count) after
-    /// which a delivery is dead-lettered as a poison message.
-    pub max_lease_expiries: u32,
-    /// How long an idle dispatcher waits before looking again without a notification.
-    pub idle_poll: Duration,
-    /// How long in-flight attempts may finish after SIGTERM before they are released.
-    pub drain_grace: Duration,
-    /// Default attempt timeouts.
-    pub timeouts: AttemptTimeouts,
-    /// Largest per-endpoint timeouts allowed.
-    pub timeout_caps: AttemptTimeouts,
-    /// Response bytes kept (and read) per attempt.
-    pub max_response_bytes: usize,
-    /// Lane size (in-flight slots) of an endpoint not yet measured (fewer than 20 attempts in its
-    /// window); measured endpoints get Little's Law × `lane_headroom`, widened until Poisson
-    /// bursts rarely wait past `lane_deadline` (an operator's per-endpoint lane overrides both).
-    pub lane_size: u32,
-    /// Headroom over the measured mean concurrency when lanes are sized by Little's Law, 1–10.
-    pub lane_headroom: f64,
-    /// How long a delivery may wait for a lane slot before it is shed.
-    pub lane_deadline: Duration,
-    /// No lane may exceed this share of the global concurrency (0–1].
-    pub lane_share: f64,
-    /// Shed requeue delay range.
-    pub shed: ShedSettings,
-    /// Retry schedule.
-    pub retry: RetrySchedule,
-    /// AIMD governor.
-    pub governor: GovernorSettings,
-    /// Breakers (latency ceiling default lives here).
-    pub breaker: BreakerSettings,
-    /// An endpoint failing continuously for this long is disabled.
-    pub auto_disable_after: Duration,
-    /// How long the previous secret keeps signing after a rotation.
-    pub rotation_overlap: Duration,
-    /// Which destinations the egress guard lets through despite the deny list.
-    pub allow_networks: Vec<IpNet>,
-    /// Delivered deliveries (and their attempts and messages) are deleted this long after they
-    /// were delivered; ready and dead-lettered ones are kept.
-    pub retention: Duration,
-    /// How often a dispatcher writes its heartbeat (its load) to the store; a heartbeat older
-    /// than three intervals is stale (1s–60s, the same across the fleet).
-    pub heartbeat_interval: Duration,
-    /// The weight of a tenant without one of its own, 1–1000 (the same across the fleet).
-    pub tenant_weight: u32,
-    /// The ceiling of a tenant without one of its own: the largest share of the pool it may
-    /// hold while another tenant waits, in (0, 1]; 1 is no ceiling.
-    pub tenant_max_share: f64,
-    /// How deliveries leave the host: extra CAs, an HTTP proxy, OAuth2 token timeouts.
-    pub egress: crate::egress::settings::EgressSettings,
-}
-
-impl DispatchSettings {
-    /// Heartbeats written within this long are fresh: three intervals.
-    pub fn heartbeat_fresh(&self) -> Duration {
-        self.heartbeat_interval * 3
-    }
-}
-
-impl DispatchSettings {
-    /// The fairness ceiling on any one lane.
-    pub fn lane_ceiling(&self, concurrency: u32) -> u32 {
-        ((f64::from(concurrency) * self.lane_share).floor() as u32).max(1)
-    }
-
-    /// Every value of the dispatcher's own out of range; its parts (`shed`, `retry`,
-    /// `governor`, `breaker`) list theirs with their own `problems`.
-    ///
-    /// The concurrency is 1–100,000 (`auto`: 1 ≤ min ≤ max ≤ 100,000); each attempt timeout
-    /// is above zero and at most its cap; the lease outlasts the total deadline plus the lane
-    /// deadline plus 5 s; a lane is 1–10,000 slots with 1–10× headroom and a share in (0, 1];
-    /// retention is at least 1 h and the heartbeat interval 1 s–60 s.
-    pub fn problems(&self) -> Vec<SettingProblem> {
-        let mut p = Problems::default();
-        match self.concurrency {
-            Concurrency::Fixed(n) => p.check(
-                (1..=100_000).contains(&n),
-                "concurrency",
-                n,
-                "1–100000 or auto",
-            ),
-            Concurrency::Auto { min, max } => p.check(
-                1 <= min && min <= max && max <= 100_000,
-                "concurrency",
-                format_args!("auto:{min}-{max}"),
-                "auto:MIN-MAX with 1 <= MIN <= MAX <= 100000",
-            ),
-        }
-        let (timeouts, caps) = (self.timeouts, self.timeout_caps);
-        for (field, value, cap) in [
-            ("timeouts.connect", timeouts.connect, caps.connect),
-            ("timeouts.read", timeouts.read, caps.read),
-            ("timeouts.total", timeouts.total, caps.total),
-        ] {
-            p.check(
-                !value.is_zero() && value <= cap,
-                field,
-                shown(value),
-                format_args!("above zero and at most {}", shown(cap)),
-            );
-        }
-        let outlast = timeouts.total + self.lane_deadline + Duration::from_secs(5);
-        p.check(
-            self.lease_ttl > outlast,
-            "lease_ttl",
-            shown(self.lease_ttl),
-            format_args!(
-                "more than the total deadline plus the lane deadline plus 5s ({})",
-                shown(outlast)
-            ),
-        );
-        p.check(
-            (1..=10_000).contains(&self.lane_size),
-            "lane_size",
-            self.lane_size,
-            "1–10000",
-        );
-        // `contains` and the comparisons are false for NaN, so NaN is refused too.
-        p.check(
-            (1.0..=10.0).contains(&self.lane_headroom),
-            "lane_headroom",
-            self.lane_headroom,
-            "1–10",
-        );
-        p.check(
-            self.lane_share > 0.0 && self.lane_share <= 1.0,
-            "lane_share",
-            self.lane_share,
-            "in (0, 1]",
-        );
-        p.check(
-            self.retention >= Duration::from_secs(3600),
-            "retention",
-            shown(self.retention),
-            "at least 1h",
-        );
-        p.check(
-            (Duration::from_secs(1)..=Duration::from_secs(60)).contains(&self.heartbeat_interval),
-            "heartbeat_interval",
-            shown(self.heartbeat_interval),
-            "1s–60s",
-        );
-        p.check(
-            crate::fairness::weight_problem(self.tenant_weight).is_none(),
-            "tenant_weight",
-            self.tenant_weight,
-            "1–1000",
-        );
-        p.check(
-            crate::fairness::max_share_problem(self.tenant_max_share).is_none(),
-            "tenant_max_share",
-            self.tenant_max_share,
-            "in (0, 1]",
-        );
-        p.into_vec()
-    }
-}
-
-impl Default for DispatchSettings {
-    fn default() -> Self {
-        Self {
-            concurrency: Concurrency::Fixed(512),
-            claim_batch: 256,
-            lease_ttl: Duration::from_secs(60),
-            reap_interval: Duration::from_secs(5),
-            max_lease_expiries: 5,
-            idle_poll: Duration::from_secs(1),
-            drain_grace: Duration::from_secs(20),
-            timeouts: AttemptTimeouts {
-                connect: Duration::from_secs(3),
-                read: Duration::from_secs(10),
-                total: Duration::from_secs(15),
-            },
-            timeout_caps: AttemptTimeouts {
-                connect: Duration::from_secs(10),
-                read: Duration::from_secs(30),
-                total: Duration::from_secs(45),
-            },
-            max_response_bytes: 64 * 1024,
-            lane_size: 8,
-            lane_headroom: 1.5,
-            lane_deadline: Duration::from_millis(500),
-            lane_share: 0.25,
-            shed: ShedSettings::default(),
-            retry: RetrySchedule::default(),
-            governor: GovernorSettings::default(),
-            breaker: BreakerSettings::default(),
-            auto_disable_after: Duration::from_secs(5 * 24 * 3600),
-            rotation_overlap: Duration::from_secs(24 * 3600),
-            allow_networks: Vec::new(),
-            retention: Duration::from_secs(30 * 24 * 3600),
-            heartbeat_interval: Duration::from_secs(5),
-            tenant_weight: 1,
-            tenant_max_share: 1.0,
-            egress: crate::egress::settings::EgressSettings::default(),
         }
     }
 }
@@ -349,39 +93,44 @@ impl Config {
     pub fn problems(&self) -> Vec<String> {
         let d = &self.dispatch;
         let mut all = Vec::new();
-        let mut name = |problems: Vec<SettingProblem>, flag: &dyn Fn(&str) -> String| {
-            all.extend(problems.iter().map(|p| p.named(&flag(p.field))));
+        // A problem is named by the flag whose value it is (from `DURATION_FLAGS`, where the
+        // flag's name and the setting's differ), else by the component's own rule.
+        let mut name = |problems: Vec<SettingProblem>, at: &str, rule: &dyn Fn(&str) -> String| {
+            all.extend(problems.iter().map(|p| {
+                let path = format!("{at}{}", p.field);
+                p.named(&duration_flag(&path).unwrap_or_else(|| rule(p.field)))
+            }));
         };
-        name(self.own_problems(), &flag);
-        name(d.problems(), &|field| match field {
-            "timeouts.connect" => "connect-timeout".into(),
-            "timeouts.read" => "read-timeout".into(),
-            "timeouts.total" => "total-timeout".into(),
-            other => flag(other),
+        name(self.own_problems(), "", &flag);
+        name(d.problems(), "dispatch.", &flag);
+        name(d.shed.problems(), "dispatch.shed.", &|field| {
+            format!("shed-{}", flag(field))
         });
-        name(d.shed.problems(), &|field| format!("shed-{}", flag(field)));
-        name(d.retry.problems(), &|field| match field {
-            "delays" => "retry-schedule".into(),
-            other => format!("retry {other}"),
-        });
-        name(d.breaker.problems(), &|field| match field {
-            "latency_ceiling" => "latency-ceiling".into(),
-            other => format!("breaker {other}"),
+        name(
+            d.retry.problems(),
+            "dispatch.retry.",
+            &|field| match field {
+                "delays" => "retry-schedule".into(),
+                other => format!("retry {other}"),
+            },
+        );
+        name(d.breaker.problems(), "dispatch.breaker.", &|field| {
+            format!("breaker {field}")
         });
         // No flag sets the governor: its defaults are checked all the same.
-        name(d.governor.problems(), &|field| format!("governor {field}"));
-        name(self.http.problems(), &|field| match field {
-            "header_read_timeout" => "http-header-timeout".into(),
-            "body_read_timeout" => "http-body-timeout".into(),
-            other => format!("http-{}", flag(other)),
+        name(d.governor.problems(), "dispatch.governor.", &|field| {
+            format!("governor {field}")
         });
-        name(self.metrics.problems(), &|field| {
+        name(self.http.problems(), "http.", &|field| {
+            format!("http-{}", flag(field))
+        });
+        name(self.metrics.problems(), "metrics.", &|field| {
             format!("metrics-{}", flag(field))
         });
-        name(self.console.problems(), &|field| {
+        name(self.console.problems(), "console.", &|field| {
             format!("console-{}", flag(field))
         });
-        name(d.egress.problems(), &|field| {
+        name(d.egress.problems(), "dispatch.egress.", &|field| {
             format!("egress-{}", flag(field))
         });
         all
@@ -428,6 +177,65 @@ fn flag(field: &str) -> String {
     field.replace('_', "-")
 }
 
+/// The settings `sluice serve` reads as durations, each written once: the raw field (its name
+/// with dashes is the flag) and where its value goes. [`RawSettings::validate`] parses them
+/// from this list, and [`Config::problems`] names a problem with one of these settings by the
+/// flag (`timeouts.connect` of the dispatcher is `connect-timeout`).
+macro_rules! duration_flags {
+    ($($field:ident => $($path:ident).+),* $(,)?) => {
+        /// `(where the value goes, the raw field)` of every duration flag.
+        const DURATION_FLAGS: &[(&str, &str)] = &[$((stringify!($($path).+), stringify!($field))),*];
+
+        /// Parse every duration flag that is set into `into`; a value that does not parse
+        /// keeps the default and is reported by its flag.
+        fn parse_durations(raw: &RawSettings, into: &mut Timed, errors: &mut Vec<String>) {
+            $(
+                if let Some(text) = raw.$field.as_deref() {
+                    match parse_duration(text) {
+                        Ok(duration) => into.$($path).+ = duration,
+                        Err(e) => errors.push(format!("{}: {e}", flag(stringify!($field)))),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+duration_flags! {
+    connect_timeout => dispatch.timeouts.connect,
+    read_timeout => dispatch.timeouts.read,
+    total_timeout => dispatch.timeouts.total,
+    lease_ttl => dispatch.lease_ttl,
+    lane_deadline => dispatch.lane_deadline,
+    shed_min_delay => dispatch.shed.min_delay,
+    shed_max_delay => dispatch.shed.max_delay,
+    latency_ceiling => dispatch.breaker.latency_ceiling,
+    auto_disable_after => dispatch.auto_disable_after,
+    rotation_overlap => dispatch.rotation_overlap,
+    drain_grace => dispatch.drain_grace,
+    retention => dispatch.retention,
+    heartbeat_interval => dispatch.heartbeat_interval,
+    http_header_timeout => http.header_read_timeout,
+    http_body_timeout => http.body_read_timeout,
+    http_idle_timeout => http.idle_timeout,
+    store_deadline => store_deadline,
+}
+
+/// The settings the duration flags fill, before the rest of [`Config`] is assembled.
+struct Timed {
+    dispatch: DispatchSettings,
+    http: ListenerSettings,
+    store_deadline: Duration,
+}
+
+/// The flag of the duration setting at `path` (`dispatch.timeouts.connect`), if a flag sets it.
+fn duration_flag(path: &str) -> Option<String> {
+    DURATION_FLAGS
+        .iter()
+        .find(|(at, _)| at.replace(' ', "") == path)
+        .map(|(_, field)| flag(field))
+}
+
 /// Is this a PostgreSQL URL (rather than `sqlite:`)?
 fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
@@ -437,251 +245,201 @@ fn is_postgres(url: &str) -> bool {
 /// included) and well below the 10–30 s producers' clients and load balancers give up after.
 pub const DEFAULT_STORE_DEADLINE: Duration = Duration::from_secs(5);
 
-/// The raw settings: every field optional, from a TOML file or from flags/environment. The
-/// file's keys are the flags' names (`lane-size`); the snake_case spelling (`lane_size`) that
-/// earlier files used is read too.
-#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawSettings {
-    /// API listen address [default: 127.0.0.1:8080]
-    #[arg(long, env = "SLUICE_LISTEN")]
-    pub listen: Option<String>,
-    /// Serve /metrics, /healthz and /readyz here too, and /metrics no longer on --listen
-    #[arg(long, env = "SLUICE_OPERATOR_LISTEN")]
-    #[serde(alias = "operator_listen")]
-    pub operator_listen: Option<String>,
-    /// Longest wait for a request's headers, 100ms–5m [default: 10s]
-    #[arg(long, env = "SLUICE_HTTP_HEADER_TIMEOUT")]
-    #[serde(alias = "http_header_timeout")]
-    pub http_header_timeout: Option<String>,
-    /// Longest wait for a request's body after its headers, 100ms–10m [default: 30s]
-    #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT")]
-    #[serde(alias = "http_body_timeout")]
-    pub http_body_timeout: Option<String>,
-    /// Close keep-alive connections idle (or not reading their response) this long, 100ms–1h [default: 60s]
-    #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT")]
-    #[serde(alias = "http_idle_timeout")]
-    pub http_idle_timeout: Option<String>,
-    /// Most connections the API serves at once; at the limit the idle longest is closed for a new one, and only busy ones mean a 503, 1–1000000 [default: 1024]
-    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
-    #[serde(alias = "http_max_connections")]
-    pub http_max_connections: Option<u32>,
-    /// Most connections one client address may hold; at the limit its idle ones make room, 1–1000000 [default: half of --http-max-connections]
-    #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS_PER_PEER")]
-    #[serde(alias = "http_max_connections_per_peer")]
-    pub http_max_connections_per_peer: Option<u32>,
-    /// Directory of the embedded database [default: ./sluice-data]
-    #[arg(long, env = "SLUICE_DATA_DIR")]
-    #[serde(alias = "data_dir")]
-    pub data_dir: Option<PathBuf>,
-    /// postgres://… for a fleet on PostgreSQL (default: embedded SQLite)
-    #[arg(long, env = "SLUICE_DATABASE_URL")]
-    #[serde(alias = "database_url")]
-    pub database_url: Option<String>,
-    /// redis://… for fleet-wide lanes
-    #[arg(long, env = "SLUICE_REDIS_URL")]
-    #[serde(alias = "redis_url")]
-    pub redis_url: Option<String>,
-    /// all | api | dispatcher [default: all]
-    #[arg(long, env = "SLUICE_ROLE")]
-    pub role: Option<Role>,
-    /// Global bound on in-flight attempts, or `auto` / `auto:MIN-MAX` [default: 512]
-    #[arg(long, env = "SLUICE_CONCURRENCY")]
-    pub concurrency: Option<String>,
-    /// A network (CIDR) the SSRF guard lets through; repeatable or comma-separated
-    #[arg(
-        long = "allow-network",
-        env = "SLUICE_ALLOW_NETWORK",
-        value_delimiter = ','
-    )]
-    #[serde(default)]
-    #[serde(alias = "allow_network")]
-    pub allow_network: Vec<String>,
-    /// Connect timeout per attempt, e.g. 3s [default: 3s]
-    #[arg(long, env = "SLUICE_CONNECT_TIMEOUT")]
-    #[serde(alias = "connect_timeout")]
-    pub connect_timeout: Option<String>,
-    /// Read timeout per attempt [default: 10s]
-    #[arg(long, env = "SLUICE_READ_TIMEOUT")]
-    #[serde(alias = "read_timeout")]
-    pub read_timeout: Option<String>,
-    /// Total deadline per attempt [default: 15s]
-    #[arg(long, env = "SLUICE_TOTAL_TIMEOUT")]
-    #[serde(alias = "total_timeout")]
-    pub total_timeout: Option<String>,
-    /// Lease duration; must exceed the total deadline plus the lane deadline [default: 60s]
-    #[arg(long, env = "SLUICE_LEASE_TTL")]
-    #[serde(alias = "lease_ttl")]
-    pub lease_ttl: Option<String>,
-    /// Lane size of an endpoint before it is measured; measured ones are sized by Little's Law
-    /// [default: 8]
-    #[arg(long, env = "SLUICE_LANE_SIZE")]
-    #[serde(alias = "lane_size")]
-    pub lane_size: Option<u32>,
-    /// Headroom over the measured mean concurrency (arrivals × mean service time) when lanes
-    /// are sized by Little's Law, 1–10 [default: 1.5]
-    #[arg(long, env = "SLUICE_LANE_HEADROOM")]
-    #[serde(alias = "lane_headroom")]
-    pub lane_headroom: Option<f64>,
-    /// Lane acquisition deadline before shedding [default: 500ms]
-    #[arg(long, env = "SLUICE_LANE_DEADLINE")]
-    #[serde(alias = "lane_deadline")]
-    pub lane_deadline: Option<String>,
-    /// Largest share of the concurrency any one lane may hold, 0–1 [default: 0.25]
-    #[arg(long, env = "SLUICE_LANE_SHARE")]
-    #[serde(alias = "lane_share")]
-    pub lane_share: Option<f64>,
-    /// Shortest shed requeue delay [default: 5s]
-    #[arg(long, env = "SLUICE_SHED_MIN_DELAY")]
-    #[serde(alias = "shed_min_delay")]
-    pub shed_min_delay: Option<String>,
-    /// Longest shed requeue delay [default: 20s]
-    #[arg(long, env = "SLUICE_SHED_MAX_DELAY")]
-    #[serde(alias = "shed_max_delay")]
-    pub shed_max_delay: Option<String>,
-    /// Default latency breaker ceiling (p95) [default: 15s]
-    #[arg(long, env = "SLUICE_LATENCY_CEILING")]
-    #[serde(alias = "latency_ceiling")]
-    pub latency_ceiling: Option<String>,
-    /// Disable an endpoint after failing continuously for this long [default: 5d]
-    #[arg(long, env = "SLUICE_AUTO_DISABLE_AFTER")]
-    #[serde(alias = "auto_disable_after")]
-    pub auto_disable_after: Option<String>,
-    /// How long a rotated-out secret keeps signing [default: 24h]
-    #[arg(long, env = "SLUICE_ROTATION_OVERLAP")]
-    #[serde(alias = "rotation_overlap")]
-    pub rotation_overlap: Option<String>,
-    /// Grace period for in-flight attempts on SIGTERM [default: 20s]
-    #[arg(long, env = "SLUICE_DRAIN_GRACE")]
-    #[serde(alias = "drain_grace")]
-    pub drain_grace: Option<String>,
-    /// Keep delivered messages this long, then delete them (at least 1h) [default: 30d]
-    #[arg(long, env = "SLUICE_RETENTION")]
-    pub retention: Option<String>,
-    /// Largest message payload in bytes [default: 262144]
-    #[arg(long, env = "SLUICE_MAX_PAYLOAD_BYTES")]
-    #[serde(alias = "max_payload_bytes")]
-    pub max_payload_bytes: Option<usize>,
-    /// Retry delays after the first attempt, comma-separated [default: 5s,5m,30m,2h,5h,10h,10h]
-    #[arg(long, env = "SLUICE_RETRY_SCHEDULE")]
-    #[serde(alias = "retry_schedule")]
-    pub retry_schedule: Option<String>,
-    /// SQLite durability: full (fsync every commit) or normal [default: full]
-    #[arg(long, env = "SLUICE_SQLITE_SYNCHRONOUS")]
-    #[serde(alias = "sqlite_synchronous")]
-    pub sqlite_synchronous: Option<String>,
-    /// Log format: text or json [default: text]
-    #[arg(long, env = "SLUICE_LOG_FORMAT")]
-    #[serde(alias = "log_format")]
-    pub log_format: Option<String>,
-    /// Bound on each database operation before a request answers 503, 100ms–60s [default: 5s]
-    #[arg(long, env = "SLUICE_STORE_DEADLINE")]
-    #[serde(alias = "store_deadline")]
-    pub store_deadline: Option<String>,
-    /// Endpoints with metric series of their own (the busiest by occupancy; the rest add up
-    /// in endpoint="other"), 0–1000 [default: 20]
-    #[arg(long, env = "SLUICE_METRICS_TOP_ENDPOINTS")]
-    #[serde(alias = "metrics_top_endpoints")]
-    pub metrics_top_endpoints: Option<u32>,
-    /// Tenants with an oldest-ready-age series (the longest waiting), 0–1000 [default: 20]
-    #[arg(long, env = "SLUICE_METRICS_TOP_TENANTS")]
-    #[serde(alias = "metrics_top_tenants")]
-    pub metrics_top_tenants: Option<u32>,
-    /// How often a dispatcher writes its heartbeat (load) to the store; a heartbeat older
-    /// than three intervals is stale. Keep it the same across the fleet, 1s–60s [default: 5s]
-    #[arg(long, env = "SLUICE_HEARTBEAT_INTERVAL")]
-    #[serde(alias = "heartbeat_interval")]
-    pub heartbeat_interval: Option<String>,
-    /// Weight of a tenant without one of its own: tenants competing for the pool share it in
-    /// proportion to their weights, 1–1000 [default: 1]
-    #[arg(long, env = "SLUICE_TENANT_WEIGHT")]
-    #[serde(alias = "tenant_weight")]
-    pub tenant_weight: Option<u32>,
-    /// Largest share of the pool a tenant without a ceiling of its own may hold while another
-    /// tenant waits, in (0, 1]; 1 is no ceiling [default: 1]
-    #[arg(long, env = "SLUICE_TENANT_MAX_SHARE")]
-    #[serde(alias = "tenant_max_share")]
-    pub tenant_max_share: Option<f64>,
-    /// Operator token (otherwise one is generated on first start and printed once)
-    #[arg(
-        long = "admin-token",
-        env = "SLUICE_ADMIN_TOKEN",
-        hide_env_values = true
-    )]
-    #[serde(skip)]
-    pub admin_token: Option<String>,
-    /// An `admin-token` key in the file, refused with a message saying where the token goes.
-    #[arg(skip)]
-    #[serde(
-        default,
-        rename = "admin-token",
-        alias = "admin_token",
-        deserialize_with = "file::refuse_admin_token"
-    )]
-    pub admin_token_in_file: (),
-    /// The console (`/console/`); a `[console]` table in the TOML file.
-    #[command(flatten)]
-    #[serde(default)]
-    pub console: RawConsoleSettings,
-    /// How deliveries leave the host (CAs, proxy, token timeouts); an `[egress]` table.
-    #[command(flatten)]
-    #[serde(default)]
-    pub egress: crate::egress::settings::RawEgressSettings,
+crate::setting::raw_settings! {
+    /// The raw settings: every field optional, from a TOML file or from flags/environment. The
+    /// file's keys are the flags' names (`lane-size`); the snake_case spelling (`lane_size`) that
+    /// earlier files used is read too.
+    #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    pub struct RawSettings {
+        /// API listen address [default: 127.0.0.1:8080]
+        #[arg(long, env = "SLUICE_LISTEN")]
+        pub listen: Option<String>,
+        /// Serve /metrics, /healthz and /readyz here too, and /metrics no longer on --listen
+        #[arg(long, env = "SLUICE_OPERATOR_LISTEN")]
+        #[serde(alias = "operator_listen")]
+        pub operator_listen: Option<String>,
+        /// Longest wait for a request's headers, 100ms–5m [default: 10s]
+        #[arg(long, env = "SLUICE_HTTP_HEADER_TIMEOUT")]
+        #[serde(alias = "http_header_timeout")]
+        pub http_header_timeout: Option<String>,
+        /// Longest wait for a request's body after its headers, 100ms–10m [default: 30s]
+        #[arg(long, env = "SLUICE_HTTP_BODY_TIMEOUT")]
+        #[serde(alias = "http_body_timeout")]
+        pub http_body_timeout: Option<String>,
+        /// Close keep-alive connections idle (or not reading their response) this long, 100ms–1h [default: 60s]
+        #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT")]
+        #[serde(alias = "http_idle_timeout")]
+        pub http_idle_timeout: Option<String>,
+        /// Most connections the API serves at once; at the limit the idle longest is closed for a new one, and only busy ones mean a 503, 1–1000000 [default: 1024]
+        #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
+        #[serde(alias = "http_max_connections")]
+        pub http_max_connections: Option<u32>,
+        /// Most connections one client address may hold; at the limit its idle ones make room, 1–1000000 [default: half of --http-max-connections]
+        #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS_PER_PEER")]
+        #[serde(alias = "http_max_connections_per_peer")]
+        pub http_max_connections_per_peer: Option<u32>,
+        /// Directory of the embedded database [default: ./sluice-data]
+        #[arg(long, env = "SLUICE_DATA_DIR")]
+        #[serde(alias = "data_dir")]
+        pub data_dir: Option<PathBuf>,
+        /// postgres://… for a fleet on PostgreSQL (default: embedded SQLite)
+        #[arg(long, env = "SLUICE_DATABASE_URL")]
+        #[serde(alias = "database_url")]
+        pub database_url: Option<String>,
+        /// redis://… for fleet-wide lanes
+        #[arg(long, env = "SLUICE_REDIS_URL")]
+        #[serde(alias = "redis_url")]
+        pub redis_url: Option<String>,
+        /// all | api | dispatcher [default: all]
+        #[arg(long, env = "SLUICE_ROLE")]
+        pub role: Option<Role>,
+        /// Global bound on in-flight attempts, or `auto` / `auto:MIN-MAX` [default: 512]
+        #[arg(long, env = "SLUICE_CONCURRENCY")]
+        pub concurrency: Option<String>,
+        /// A network (CIDR) the SSRF guard lets through; repeatable or comma-separated
+        #[arg(
+            long = "allow-network",
+            env = "SLUICE_ALLOW_NETWORK",
+            value_delimiter = ','
+        )]
+        #[serde(default)]
+        #[serde(alias = "allow_network")]
+        pub allow_network: Vec<String>,
+        /// Connect timeout per attempt, e.g. 3s [default: 3s]
+        #[arg(long, env = "SLUICE_CONNECT_TIMEOUT")]
+        #[serde(alias = "connect_timeout")]
+        pub connect_timeout: Option<String>,
+        /// Read timeout per attempt [default: 10s]
+        #[arg(long, env = "SLUICE_READ_TIMEOUT")]
+        #[serde(alias = "read_timeout")]
+        pub read_timeout: Option<String>,
+        /// Total deadline per attempt [default: 15s]
+        #[arg(long, env = "SLUICE_TOTAL_TIMEOUT")]
+        #[serde(alias = "total_timeout")]
+        pub total_timeout: Option<String>,
+        /// Lease duration; must exceed the total deadline plus the lane deadline [default: 60s]
+        #[arg(long, env = "SLUICE_LEASE_TTL")]
+        #[serde(alias = "lease_ttl")]
+        pub lease_ttl: Option<String>,
+        /// Lane size of an endpoint before it is measured; measured ones are sized by Little's Law
+        /// [default: 8]
+        #[arg(long, env = "SLUICE_LANE_SIZE")]
+        #[serde(alias = "lane_size")]
+        pub lane_size: Option<u32>,
+        /// Headroom over the measured mean concurrency (arrivals × mean service time) when lanes
+        /// are sized by Little's Law, 1–10 [default: 1.5]
+        #[arg(long, env = "SLUICE_LANE_HEADROOM")]
+        #[serde(alias = "lane_headroom")]
+        pub lane_headroom: Option<f64>,
+        /// Lane acquisition deadline before shedding [default: 500ms]
+        #[arg(long, env = "SLUICE_LANE_DEADLINE")]
+        #[serde(alias = "lane_deadline")]
+        pub lane_deadline: Option<String>,
+        /// Largest share of the concurrency any one lane may hold, 0–1 [default: 0.25]
+        #[arg(long, env = "SLUICE_LANE_SHARE")]
+        #[serde(alias = "lane_share")]
+        pub lane_share: Option<f64>,
+        /// Shortest shed requeue delay [default: 5s]
+        #[arg(long, env = "SLUICE_SHED_MIN_DELAY")]
+        #[serde(alias = "shed_min_delay")]
+        pub shed_min_delay: Option<String>,
+        /// Longest shed requeue delay [default: 20s]
+        #[arg(long, env = "SLUICE_SHED_MAX_DELAY")]
+        #[serde(alias = "shed_max_delay")]
+        pub shed_max_delay: Option<String>,
+        /// Default latency breaker ceiling (p95) [default: 15s]
+        #[arg(long, env = "SLUICE_LATENCY_CEILING")]
+        #[serde(alias = "latency_ceiling")]
+        pub latency_ceiling: Option<String>,
+        /// Disable an endpoint after failing continuously for this long [default: 5d]
+        #[arg(long, env = "SLUICE_AUTO_DISABLE_AFTER")]
+        #[serde(alias = "auto_disable_after")]
+        pub auto_disable_after: Option<String>,
+        /// How long a rotated-out secret keeps signing [default: 24h]
+        #[arg(long, env = "SLUICE_ROTATION_OVERLAP")]
+        #[serde(alias = "rotation_overlap")]
+        pub rotation_overlap: Option<String>,
+        /// Grace period for in-flight attempts on SIGTERM [default: 20s]
+        #[arg(long, env = "SLUICE_DRAIN_GRACE")]
+        #[serde(alias = "drain_grace")]
+        pub drain_grace: Option<String>,
+        /// Keep delivered messages this long, then delete them (at least 1h) [default: 30d]
+        #[arg(long, env = "SLUICE_RETENTION")]
+        pub retention: Option<String>,
+        /// Largest message payload in bytes [default: 262144]
+        #[arg(long, env = "SLUICE_MAX_PAYLOAD_BYTES")]
+        #[serde(alias = "max_payload_bytes")]
+        pub max_payload_bytes: Option<usize>,
+        /// Retry delays after the first attempt, comma-separated [default: 5s,5m,30m,2h,5h,10h,10h]
+        #[arg(long, env = "SLUICE_RETRY_SCHEDULE")]
+        #[serde(alias = "retry_schedule")]
+        pub retry_schedule: Option<String>,
+        /// SQLite durability: full (fsync every commit) or normal [default: full]
+        #[arg(long, env = "SLUICE_SQLITE_SYNCHRONOUS")]
+        #[serde(alias = "sqlite_synchronous")]
+        pub sqlite_synchronous: Option<String>,
+        /// Log format: text or json [default: text]
+        #[arg(long, env = "SLUICE_LOG_FORMAT")]
+        #[serde(alias = "log_format")]
+        pub log_format: Option<String>,
+        /// Bound on each database operation before a request answers 503, 100ms–60s [default: 5s]
+        #[arg(long, env = "SLUICE_STORE_DEADLINE")]
+        #[serde(alias = "store_deadline")]
+        pub store_deadline: Option<String>,
+        /// Endpoints with metric series of their own (the busiest by occupancy; the rest add up
+        /// in endpoint="other"), 0–1000 [default: 20]
+        #[arg(long, env = "SLUICE_METRICS_TOP_ENDPOINTS")]
+        #[serde(alias = "metrics_top_endpoints")]
+        pub metrics_top_endpoints: Option<u32>,
+        /// Tenants with an oldest-ready-age series (the longest waiting), 0–1000 [default: 20]
+        #[arg(long, env = "SLUICE_METRICS_TOP_TENANTS")]
+        #[serde(alias = "metrics_top_tenants")]
+        pub metrics_top_tenants: Option<u32>,
+        /// How often a dispatcher writes its heartbeat (load) to the store; a heartbeat older
+        /// than three intervals is stale. Keep it the same across the fleet, 1s–60s [default: 5s]
+        #[arg(long, env = "SLUICE_HEARTBEAT_INTERVAL")]
+        #[serde(alias = "heartbeat_interval")]
+        pub heartbeat_interval: Option<String>,
+        /// Weight of a tenant without one of its own: tenants competing for the pool share it in
+        /// proportion to their weights, 1–1000 [default: 1]
+        #[arg(long, env = "SLUICE_TENANT_WEIGHT")]
+        #[serde(alias = "tenant_weight")]
+        pub tenant_weight: Option<u32>,
+        /// Largest share of the pool a tenant without a ceiling of its own may hold while another
+        /// tenant waits, in (0, 1]; 1 is no ceiling [default: 1]
+        #[arg(long, env = "SLUICE_TENANT_MAX_SHARE")]
+        #[serde(alias = "tenant_max_share")]
+        pub tenant_max_share: Option<f64>,
+        /// Operator token (otherwise one is generated on first start and printed once)
+        #[arg(
+            long = "admin-token",
+            env = "SLUICE_ADMIN_TOKEN",
+            hide_env_values = true
+        )]
+        #[serde(skip)]
+        pub admin_token: Option<String>,
+        /// An `admin-token` key in the file, refused with a message saying where the token goes.
+        #[arg(skip)]
+        #[serde(
+            default,
+            rename = "admin-token",
+            alias = "admin_token",
+            deserialize_with = "file::refuse_admin_token"
+        )]
+        pub admin_token_in_file: (),
+        /// The console (`/console/`); a `[console]` table in the TOML file.
+        #[command(flatten)]
+        #[serde(default)]
+        pub console: RawConsoleSettings,
+        /// How deliveries leave the host (CAs, proxy, token timeouts); an `[egress]` table.
+        #[command(flatten)]
+        #[serde(default)]
+        pub egress: crate::egress::settings::RawEgressSettings,
+    }
 }
 
 impl RawSettings {
-    /// Fill every unset field of `self` from `file`.
-    pub fn or(mut self, file: RawSettings) -> RawSettings {
-        macro_rules! fill {
-            ($($f:ident),*) => { $( if self.$f.is_none() { self.$f = file.$f; } )* };
-        }
-        fill!(
-            listen,
-            operator_listen,
-            http_header_timeout,
-            http_body_timeout,
-            http_idle_timeout,
-            http_max_connections,
-            http_max_connections_per_peer,
-            data_dir,
-            database_url,
-            redis_url,
-            role,
-            concurrency,
-            connect_timeout,
-            read_timeout,
-            total_timeout,
-            lease_ttl,
-            lane_size,
-            lane_deadline,
-            lane_share,
-            lane_headroom,
-            shed_min_delay,
-            shed_max_delay,
-            latency_ceiling,
-            auto_disable_after,
-            rotation_overlap,
-            drain_grace,
-            retention,
-            max_payload_bytes,
-            retry_schedule,
-            sqlite_synchronous,
-            log_format,
-            store_deadline,
-            metrics_top_endpoints,
-            metrics_top_tenants,
-            heartbeat_interval,
-            tenant_weight,
-            tenant_max_share
-        );
-        if self.allow_network.is_empty() {
-            self.allow_network = file.allow_network;
-        }
-        self.console = self.console.or(file.console);
-        self.egress = self.egress.or(file.egress);
-        self
-    }
-
     /// Read a TOML settings file (see [`file`]).
     pub fn from_toml_file(path: &std::path::Path) -> Result<RawSettings, ConfigError> {
         file::read(path)
@@ -692,74 +450,17 @@ impl RawSettings {
     /// collect what each settings type finds out of range ([`Config::problems`]).
     pub fn validate(self) -> Result<Config, ConfigError> {
         let mut errors = Vec::new();
-        let mut d = DispatchSettings::default();
-        let mut http = ListenerSettings::default();
-        let mut store_deadline = DEFAULT_STORE_DEADLINE;
-        for (name, text, into) in [
-            (
-                "connect-timeout",
-                &self.connect_timeout,
-                &mut d.timeouts.connect,
-            ),
-            ("read-timeout", &self.read_timeout, &mut d.timeouts.read),
-            ("total-timeout", &self.total_timeout, &mut d.timeouts.total),
-            ("lease-ttl", &self.lease_ttl, &mut d.lease_ttl),
-            ("lane-deadline", &self.lane_deadline, &mut d.lane_deadline),
-            (
-                "shed-min-delay",
-                &self.shed_min_delay,
-                &mut d.shed.min_delay,
-            ),
-            (
-                "shed-max-delay",
-                &self.shed_max_delay,
-                &mut d.shed.max_delay,
-            ),
-            (
-                "latency-ceiling",
-                &self.latency_ceiling,
-                &mut d.breaker.latency_ceiling,
-            ),
-            (
-                "auto-disable-after",
-                &self.auto_disable_after,
-                &mut d.auto_disable_after,
-            ),
-            (
-                "rotation-overlap",
-                &self.rotation_overlap,
-                &mut d.rotation_overlap,
-            ),
-            ("drain-grace", &self.drain_grace, &mut d.drain_grace),
-            ("retention", &self.retention, &mut d.retention),
-            (
-                "heartbeat-interval",
-                &self.heartbeat_interval,
-                &mut d.heartbeat_interval,
-            ),
-            (
-                "http-header-timeout",
-                &self.http_header_timeout,
-                &mut http.header_read_timeout,
-            ),
-            (
-                "http-body-timeout",
-                &self.http_body_timeout,
-                &mut http.body_read_timeout,
-            ),
-            (
-                "http-idle-timeout",
-                &self.http_idle_timeout,
-                &mut http.idle_timeout,
-            ),
-            ("store-deadline", &self.store_deadline, &mut store_deadline),
-        ] {
-            match text.as_deref().map(parse_duration) {
-                None => {}
-                Some(Ok(duration)) => *into = duration,
-                Some(Err(e)) => errors.push(format!("{name}: {e}")),
-            }
-        }
+        let mut timed = Timed {
+            dispatch: DispatchSettings::default(),
+            http: ListenerSettings::default(),
+            store_deadline: DEFAULT_STORE_DEADLINE,
+        };
+        parse_durations(&self, &mut timed, &mut errors);
+        let Timed {
+            dispatch: mut d,
+            mut http,
+            store_deadline,
+        } = timed;
         if let Some(text) = &self.retry_schedule {
             match text.split(',').map(parse_duration).collect() {
                 Ok(delays) => d.retry.delays = delays,
@@ -883,245 +584,11 @@ impl RawSettings {
 #[error("invalid configuration:\n  {}", .0.join("\n  "))]
 pub struct ConfigError(pub Vec<String>);
 
-/// Parse a duration with units: `500ms`, `3s`, `5m`, `2h`, `5d`, `1h30m` (humantime's syntax; a
-/// bare number is refused: units are required), at most a year.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let duration =
-        humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration: {e}"))?;
-    if duration > Duration::from_secs(365 * 86_400) {
-        return Err(format!("{text:?} is out of range (at most a year)"));
-    }
-    Ok(duration)
-}
-
-/// Parse `512`, `auto` (16–4096) or `auto:64-2048`; the range is checked by
-/// [`DispatchSettings::problems`].
-pub fn parse_concurrency(text: &str) -> Result<Concurrency, String> {
-    let text = text.trim();
-    if let Some(rest) = text.strip_prefix("auto") {
-        let (min, max) = match rest.strip_prefix(':') {
-            None if rest.is_empty() => (16, 4096),
-            Some(range) => {
-                let (a, b) = range
-                    .split_once('-')
-                    .ok_or_else(|| format!("{text:?}: expected auto:MIN-MAX"))?;
-                (
-                    a.parse().map_err(|_| format!("{text:?}: bad minimum"))?,
-                    b.parse().map_err(|_| format!("{text:?}: bad maximum"))?,
-                )
-            }
-            None => return Err(format!("{text:?}: expected auto or auto:MIN-MAX")),
-        };
-        return Ok(Concurrency::Auto { min, max });
-    }
-    text.parse::<u32>()
-        .map(Concurrency::Fixed)
-        .map_err(|_| format!("{text:?} is not a number, auto or auto:MIN-MAX"))
-}
-
-// ---- the console (`/console/`): portal links, sessions, framing ------------------------------
-
-/// The console's settings, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsoleSettings {
-    /// How long a portal link can be opened (it also works only once); 1m–7d.
-    pub link_ttl: Duration,
-    /// How long a console session lasts after sign-in; 5m–30d.
-    pub session_ttl: Duration,
-    /// The CSP `frame-ancestors` value: `'none'` (the default; also `X-Frame-Options: DENY`),
-    /// `'self'`, or space-separated origins allowed to embed the portal.
-    pub frame_ancestors: String,
-    /// Mark the console's cookies `Secure` (and `__Host-`); browsers keep Secure cookies from
-    /// `http://localhost` and `http://127.0.0.1`, so only plain HTTP elsewhere needs `false`.
-    pub secure_cookies: bool,
-    /// Key signing the session cookies (at least 32 characters); without it one is generated
-    /// and kept in the store's settings, shared by every process on that store.
-    pub cookie_key: Option<String>,
-    /// Public base URL of the console's host for portal links (`https://hooks.example.com`);
-    /// without it links use the Host of the request that created them.
-    pub public_url: Option<String>,
-}
-
-impl Default for ConsoleSettings {
-    fn default() -> Self {
-        Self {
-            link_ttl: Duration::from_secs(15 * 60),
-            session_ttl: Duration::from_secs(8 * 3600),
-            frame_ancestors: "'none'".to_owned(),
-            secure_cookies: true,
-            cookie_key: None,
-            public_url: None,
-        }
-    }
-}
-
-impl ConsoleSettings {
-    /// Every value out of range: a link lasts 1m–7d, a session 5m–30d, and a cookie key has
-    /// at least 32 characters (its length is shown, never the key).
-    pub fn problems(&self) -> Vec<SettingProblem> {
-        let mut p = Problems::default();
-        let minute = Duration::from_secs(60);
-        let day = Duration::from_secs(86_400);
-        for (field, value, min, max, valid) in [
-            ("link_ttl", self.link_ttl, minute, 7 * day, "1m–7d"),
-            (
-                "session_ttl",
-                self.session_ttl,
-                5 * minute,
-                30 * day,
-                "5m–30d",
-            ),
-        ] {
-            p.check((min..=max).contains(&value), field, shown(value), valid);
-        }
-        if let Some(key) = &self.cookie_key {
-            p.check(
-                key.len() >= 32,
-                "cookie_key",
-                format_args!("a {}-character key", key.len()),
-                "at least 32 characters long",
-            );
-        }
-        p.into_vec()
-    }
-}
-
-/// The console's raw settings (flags `--console-…`, variables `SLUICE_CONSOLE_…`; in the file,
-/// keys of a `[console]` table without the prefix: `link-ttl`).
-#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawConsoleSettings {
-    /// How long a portal link can be opened, once [default: 15m]
-    #[arg(long = "console-link-ttl", env = "SLUICE_CONSOLE_LINK_TTL")]
-    #[serde(alias = "link_ttl")]
-    pub link_ttl: Option<String>,
-    /// How long a console session lasts [default: 8h]
-    #[arg(long = "console-session-ttl", env = "SLUICE_CONSOLE_SESSION_TTL")]
-    #[serde(alias = "session_ttl")]
-    pub session_ttl: Option<String>,
-    /// Who may frame the portal: 'none', 'self' or origins like https://app.example.com [default: 'none']
-    #[arg(
-        long = "console-frame-ancestors",
-        env = "SLUICE_CONSOLE_FRAME_ANCESTORS"
-    )]
-    #[serde(alias = "frame_ancestors")]
-    pub frame_ancestors: Option<String>,
-    /// Secure (HTTPS-only) console cookies: true or false [default: true]
-    #[arg(long = "console-secure-cookies", env = "SLUICE_CONSOLE_SECURE_COOKIES")]
-    #[serde(alias = "secure_cookies")]
-    pub secure_cookies: Option<bool>,
-    /// Key signing console session cookies, at least 32 characters [default: generated, kept in the store]
-    #[arg(
-        long = "console-cookie-key",
-        env = "SLUICE_CONSOLE_COOKIE_KEY",
-        hide_env_values = true
-    )]
-    #[serde(alias = "cookie_key")]
-    pub cookie_key: Option<String>,
-    /// Public base URL for portal links, e.g. https://hooks.example.com [default: the request's Host]
-    #[arg(long = "console-public-url", env = "SLUICE_CONSOLE_PUBLIC_URL")]
-    #[serde(alias = "public_url")]
-    pub public_url: Option<String>,
-}
-
-impl RawConsoleSettings {
-    /// Fill every unset field of `self` from `file`.
-    pub fn or(self, file: RawConsoleSettings) -> RawConsoleSettings {
-        RawConsoleSettings {
-            link_ttl: self.link_ttl.or(file.link_ttl),
-            session_ttl: self.session_ttl.or(file.session_ttl),
-            frame_ancestors: self.frame_ancestors.or(file.frame_ancestors),
-            secure_cookies: self.secure_cookies.or(file.secure_cookies),
-            cookie_key: self.cookie_key.or(file.cookie_key),
-            public_url: self.public_url.or(file.public_url),
-        }
-    }
-
-    /// Parse every text value, adding each that does not parse to `errors` (its default is
-    /// kept); the ranges are checked by [`ConsoleSettings::problems`].
-    pub fn parse(self, errors: &mut Vec<String>) -> ConsoleSettings {
-        let mut c = ConsoleSettings::default();
-        for (name, text, into) in [
-            ("console-link-ttl", &self.link_ttl, &mut c.link_ttl),
-            ("console-session-ttl", &self.session_ttl, &mut c.session_ttl),
-        ] {
-            match text.as_deref().map(parse_duration) {
-                None => {}
-                Some(Ok(duration)) => *into = duration,
-                Some(Err(e)) => errors.push(format!("{name}: {e}")),
-            }
-        }
-        if let Some(text) = &self.frame_ancestors {
-            match parse_frame_ancestors(text) {
-                Ok(v) => c.frame_ancestors = v,
-                Err(e) => errors.push(format!("console-frame-ancestors: {e}")),
-            }
-        }
-        c.secure_cookies = self.secure_cookies.unwrap_or(true);
-        c.cookie_key = self.cookie_key;
-        if let Some(u) = self.public_url {
-            let trimmed = u.trim_end_matches('/');
-            match url::Url::parse(trimmed) {
-                Ok(p) if matches!(p.scheme(), "http" | "https")
-                    && p.host().is_some()
-                    && p.query().is_none()
-                    && p.fragment().is_none() => c.public_url = Some(trimmed.to_owned()),
-                _ => errors.push(format!(
-                    "console-public-url: {u:?} must be an http(s) URL like https://hooks.example.com"
-                )),
-            }
-        }
-        c
-    }
-}
-
-/// Check a `frame-ancestors` value: `'none'`, `'self'`, or sources like `https://app.example.com`
-/// or `https://*.example.com` (no paths, quotes or separators that could break the header).
-pub fn parse_frame_ancestors(text: &str) -> Result<String, String> {
-    let sources: Vec<&str> = text.split_whitespace().collect();
-    if sources.is_empty() {
-        return Err("empty: use 'none', 'self' or origins".into());
-    }
-    if sources.len() == 1 && sources[0] == "'none'" {
-        return Ok("'none'".into());
-    }
-    for s in &sources {
-        if *s == "'self'" {
-            continue;
-        }
-        let rest = s
-            .strip_prefix("https://")
-            .or_else(|| s.strip_prefix("http://"))
-            .ok_or_else(|| format!("{s:?}: expected 'none', 'self' or an http(s) origin"))?;
-        let host = rest.strip_prefix("*.").unwrap_or(rest);
-        let ok = !host.is_empty()
-            && host.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']')
-            });
-        if !ok {
-            return Err(format!(
-                "{s:?}: an origin is scheme://host[:port], nothing more"
-            ));
-        }
-    }
-    Ok(sources.join(" "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_need_units() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert!(parse_duration("3").is_err());
-        assert!(parse_duration("400d").is_err());
-        assert!(parse_duration("3 parsecs").is_err());
-    }
+    use crate::console::settings::parse_frame_ancestors;
+    use crate::dispatcher::Concurrency;
 
     #[test]
     fn concurrency_forms() {
@@ -1395,92 +862,6 @@ mod tests {
             !err.to_string().contains("short"),
             "the token is never shown: {err}"
         );
-    }
-
-    #[test]
-    fn dispatch_settings_list_every_problem_and_accept_their_edges() {
-        assert_eq!(DispatchSettings::default().problems(), []);
-        let bad = DispatchSettings {
-            concurrency: Concurrency::Fixed(0),
-            timeouts: AttemptTimeouts {
-                connect: Duration::ZERO,
-                read: Duration::from_secs(31),
-                total: Duration::from_secs(15),
-            },
-            lane_size: 0,
-            lane_headroom: f64::NAN,
-            lane_share: 1.5,
-            retention: Duration::from_secs(3599),
-            heartbeat_interval: Duration::from_millis(999),
-            ..DispatchSettings::default()
-        };
-        let fields: Vec<_> = bad.problems().into_iter().map(|p| p.field).collect();
-        let expected = [
-            "concurrency",
-            "timeouts.connect",
-            "timeouts.read",
-            "lane_size",
-            "lane_headroom",
-            "lane_share",
-            "retention",
-            "heartbeat_interval",
-        ];
-        assert_eq!(fields, expected);
-        let caps = DispatchSettings::default().timeout_caps;
-        let edges = DispatchSettings {
-            concurrency: Concurrency::Auto {
-                min: 1,
-                max: 100_000,
-            },
-            timeouts: caps,
-            // Just over the total cap plus the lane deadline plus 5 s.
-            lease_ttl: caps.total
-                + Duration::from_millis(500)
-                + Duration::from_secs(5)
-                + Duration::from_nanos(1),
-            lane_size: 10_000,
-            lane_headroom: 10.0,
-            lane_share: 1.0,
-            retention: Duration::from_secs(3600),
-            heartbeat_interval: Duration::from_secs(60),
-            ..DispatchSettings::default()
-        };
-        assert_eq!(edges.problems(), []);
-        let low = DispatchSettings {
-            concurrency: Concurrency::Fixed(1),
-            lane_size: 1,
-            lane_headroom: 1.0,
-            heartbeat_interval: Duration::from_secs(1),
-            ..DispatchSettings::default()
-        };
-        assert_eq!(low.problems(), []);
-        let lease = DispatchSettings {
-            lease_ttl: Duration::from_millis(20_500),
-            ..DispatchSettings::default()
-        };
-        assert_eq!(
-            lease.problems()[0].field,
-            "lease_ttl",
-            "equal is not enough"
-        );
-    }
-
-    #[test]
-    fn console_settings_accept_their_edges() {
-        let edge = |link: u64, session: u64| ConsoleSettings {
-            link_ttl: Duration::from_secs(link),
-            session_ttl: Duration::from_secs(session),
-            cookie_key: Some("k".repeat(32)),
-            ..ConsoleSettings::default()
-        };
-        assert_eq!(edge(60, 300).problems(), []);
-        assert_eq!(edge(7 * 86_400, 30 * 86_400).problems(), []);
-        let fields: Vec<_> = edge(59, 30 * 86_400 + 1)
-            .problems()
-            .into_iter()
-            .map(|p| p.field)
-            .collect();
-        assert_eq!(fields, ["link_ttl", "session_ttl"]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Identifiers: sortable, prefixed public ids (`msg_…`, `ep_…`, `ten_…`), the public form of
 //! the store's numbered rows (`dlv_…` deliveries, `att_…` attempts), tokens and lease tokens.
 
-use rand::Rng;
+use rand::{Rng, RngCore};
 use sha2::{Digest, Sha256};
 
 const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
@@ -89,6 +89,19 @@ pub fn hash_token(token: &str) -> String {
         hex.push_str(&format!("{b:02x}"));
     }
     hex
+}
+
+/// `bytes` random bytes as hex.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a console session or a portal link keeps of the token in force when it was made: the
+/// first 16 hex digits of its hash. A rotation changes it, and with it ends both.
+pub fn token_fingerprint(token_hash: &str) -> String {
+    token_hash.chars().take(16).collect()
 }
 
 /// A fresh, positive lease token.

@@ -37,7 +37,12 @@
 //! - [`sizing`]: Little's Law, square-root staffing, Erlang C, layout, autoscaling.
 //! - [`server`]: `sluice serve` as a call, and the HTTP listeners' defences against slow, idle and
 //!   too many clients.
-//! - [`config`] and [`cli`]: settings validated once; the thin command line.
+//! - [`config`] and [`cli`]: settings validated once; the thin command line. Each component
+//!   keeps its own settings type beside its code (`DispatchSettings` in [`dispatcher`],
+//!   `ConsoleSettings` in [`console`], `ListenerSettings`, `EgressSettings`, …); `config`
+//!   gathers them from above and names every bad value by its flag.
+//! - [`setting`]: what every settings type shares, a leaf below them all: the shape of a value
+//!   out of range and the duration syntax.
 //! - [`console`]: the customer portal and the operator dashboard at `/console/`, server-rendered.
 
 #![forbid(unsafe_code)]
@@ -59,6 +64,7 @@ pub mod plan;
 pub mod receive;
 pub mod retry;
 pub mod server;
+pub mod setting;
 pub mod signing;
 pub mod sizing;
 pub mod stats;

@@ -7,8 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 
-use crate::config::SettingProblem;
-use crate::config::problem::{Problems, shown};
+use crate::setting::{Problems, SettingProblem, shown};
 
 /// The longest single delay a schedule or shed range may hold; keeps millisecond arithmetic exact.
 pub const MAX_DELAY: Duration = Duration::from_secs(30 * 24 * 3600);

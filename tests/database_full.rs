@@ -24,7 +24,7 @@ fn content_type(r: &reqwest::Response) -> String {
 async fn api_over(
     store: std::sync::Arc<sluice::store::sqlite::SqliteStore>,
 ) -> (String, tokio::task::JoinHandle<()>) {
-    let settings = sluice::config::DispatchSettings {
+    let settings = sluice::dispatcher::DispatchSettings {
         allow_networks: vec!["127.0.0.0/8".parse().expect("network")],
         ..Default::default()
     };

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use serde_json::json;
-use sluice::config::{DispatchSettings, RawSettings};
+use sluice::config::RawSettings;
 use sluice::delivery::storable;
+use sluice::dispatcher::DispatchSettings;
 use sluice_testkit::receiver::{self, Behavior, Receiver};
 use support::{Sluice, eventually, test_settings};
 

@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::SettingProblem;
-use crate::config::problem::{Problems, shown};
+use crate::setting::{Problems, SettingProblem, shown};
 
 use crate::stats::{Window, format_duration};
 

@@ -36,8 +36,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisError, Script};
 
-use crate::config::SettingProblem;
-use crate::config::problem::{Problems, joined, shown};
+use crate::setting::{Problems, SettingProblem, joined, shown};
 
 /// How often a degraded dispatcher probes Redis for its return (when the heartbeat is longer).
 const DEGRADED_PROBE_INTERVAL: Duration = Duration::from_secs(1);

@@ -46,8 +46,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::SettingProblem;
-use crate::config::problem::{Problems, shown};
+use crate::setting::{Problems, SettingProblem, shown};
 
 /// The longest wait between probes, as a multiple of `probe_interval` (a failed probe doubles
 /// the wait up to this).

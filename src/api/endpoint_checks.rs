@@ -1,6 +1,6 @@
 //! What an endpoint's settings must be before they are stored: a destination the egress guard
-//! lets through, event-type filters (exact or `order.*`), limits within their ranges and the
-//! operator's caps, and headers that cannot break or impersonate the delivery.
+//! lets through, limits within their ranges and the operator's caps, and headers that cannot
+//! break or impersonate the delivery (its event-type filters: [`super::event_types`]).
 
 use std::collections::BTreeMap;
 
@@ -85,34 +85,6 @@ pub(crate) async fn check_destination_of(
         ));
     }
     Ok(normal)
-}
-
-/// Endpoint filters: each an event type, a prefix pattern (`order.*`, `order.paid.*`: every
-/// type below that dot), or `*` (every type).
-pub(crate) fn check_event_types(types: &[String]) -> Result<(), Problem> {
-    if types.len() > 100 {
-        return Err(Problem::unprocessable(
-            "event_types",
-            "at most 100 event types",
-        ));
-    }
-    for t in types {
-        let exact = match t.strip_suffix(".*") {
-            _ if t == "*" => continue,
-            Some(prefix) => prefix,
-            None => t,
-        };
-        if exact.contains('*') || super::messages::check_event_type(exact).is_err() {
-            return Err(Problem::unprocessable(
-                "event_types",
-                format!(
-                    "event type filter {t:?} must be an event type (1–256 of A-Z a-z 0-9 . _ - :), \
-                     a prefix pattern like order.* or *"
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Check an endpoint's headers and return them with lower-case names; a problem names the

@@ -9,9 +9,10 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoint_checks::{check_destination, check_event_types, check_headers, check_limits};
+use super::endpoint_checks::{check_destination, check_headers, check_limits};
 use super::endpoint_tls::{OAuth2In, check_ca_bundle, check_oauth2, identity_of};
 use super::error::{ApiResult, Problem};
+use super::event_types::check_event_types;
 use super::page::{Page, PageQuery, Q};
 use super::views::{EndpointOut, check_id, check_text};
 use super::{AppState, Body};

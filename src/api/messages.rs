@@ -10,6 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAuth;
 use super::error::{ApiResult, Problem};
+use super::event_types::{check_event_type, check_event_types};
 use super::page::{Page, PageQuery, Q};
 use super::time::{Timestamp, parse_instant};
 use super::views::{DeliveryOut, StateParam, check_id};
@@ -101,26 +102,10 @@ pub(super) struct MessageQuery {
     pub state: Option<StateParam>,
 }
 
-/// Validate an event type name.
-pub(super) fn check_event_type(t: &str) -> Result<(), Problem> {
-    let ok = !t.is_empty()
-        && t.len() <= 256
-        && t.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Problem::unprocessable(
-            "event_type",
-            format!("event type {t:?} must be 1–256 of A-Z a-z 0-9 . _ - :"),
-        ))
-    }
-}
-
 /// Check the log's event-type filter (an event type or a prefix pattern like `order.*`): a
 /// 400 naming `event_type`. The portal's log uses it too, so both refuse the same filters.
 pub(crate) fn check_event_filter(filter: &str) -> Result<(), Problem> {
-    super::endpoint_checks::check_event_types(std::slice::from_ref(&filter.to_owned()))
+    check_event_types(std::slice::from_ref(&filter.to_owned()))
         .map_err(|p| Problem::bad_request("event_type", p.detail))
 }
 

@@ -11,6 +11,7 @@ pub(crate) mod endpoint_checks;
 pub(crate) mod endpoint_tls;
 pub(crate) mod endpoints;
 pub mod error;
+mod event_types;
 pub mod ingest;
 pub(crate) mod messages;
 pub mod openapi;
@@ -18,6 +19,7 @@ mod ops;
 pub mod ops_webhooks;
 mod page;
 pub mod panics;
+pub mod portal_links;
 pub mod problems;
 pub(crate) mod redelivery;
 pub(crate) mod scale;
@@ -36,8 +38,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::config::DispatchSettings;
-use crate::dispatcher::Ctx;
+use crate::dispatcher::{Ctx, DispatchSettings};
 use crate::egress::EgressPolicy;
 use crate::metrics::Metrics;
 use crate::store::SharedStore;
@@ -65,8 +66,8 @@ pub struct AppState {
     pub ingest: ingest::Ingest,
     /// Largest accepted payload, bytes.
     pub max_payload_bytes: usize,
-    /// The console's settings (`/console/`).
-    pub console: Arc<crate::config::ConsoleSettings>,
+    /// How portal links are made (`POST /v1/portal-links`).
+    pub portal_links: Arc<portal_links::PortalLinkSettings>,
     /// Set as soon as shutdown begins: `/readyz` answers 503 from then on.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -93,14 +94,14 @@ impl AppState {
             admin_hash: Arc::new(admin_hash),
             tokens: Arc::new(auth::TokenCache::default()),
             max_payload_bytes,
-            console: Arc::default(),
+            portal_links: Arc::default(),
             draining: Arc::default(),
         }
     }
 
-    /// The same state with these console settings.
-    pub fn with_console(mut self, console: crate::config::ConsoleSettings) -> Self {
-        self.console = Arc::new(console);
+    /// The same state with these portal-link settings.
+    pub fn with_portal_links(mut self, links: portal_links::PortalLinkSettings) -> Self {
+        self.portal_links = Arc::new(links);
         self
     }
 }
@@ -114,14 +115,25 @@ pub enum MetricsOn {
     OperatorListener,
 }
 
-/// The API router: every route, each registered together with its OpenAPI description.
+/// The API router alone, ready to serve: [`routes`] inside [`edge`]. `sluice serve` merges
+/// the console in between (`server`).
 pub fn router(state: AppState, metrics: MetricsOn) -> Router {
+    let metrics_registry = Arc::clone(&state.metrics);
+    edge(routes(state, metrics), metrics_registry)
+}
+
+/// Every API route, each registered together with its OpenAPI description, answering its
+/// errors as problem+json under the body limit. Routers answering otherwise (the console's
+/// HTML pages) are merged beside it, not inside.
+pub fn routes(state: AppState, metrics: MetricsOn) -> Router {
     let (router, doc) = documented(metrics).split_for_parts();
     let document = openapi::Document::new(&doc);
-    // The console answers its errors as HTML pages: merged after `finish`, outside problem+json.
-    let console = crate::console::router(&state);
-    let metrics = Arc::clone(&state.metrics);
-    let router = finish(router.layer(Extension(document)), state).merge(console);
+    finish(router.layer(Extension(document)), state)
+}
+
+/// What wraps a listener's whole router: a panicking handler answers 500 (and is counted),
+/// and every request answered leaves one access-log line.
+pub fn edge(router: Router, metrics: Arc<Metrics>) -> Router {
     access_log(panics::caught(router, metrics))
 }
 
@@ -165,7 +177,7 @@ pub fn operator_router(state: AppState) -> Router {
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::operator_metrics));
     let metrics = Arc::clone(&state.metrics);
-    access_log(panics::caught(finish(router, state), metrics))
+    edge(finish(router, state), metrics)
 }
 
 /// What every router shares: problem+json for every error, the body limit.
@@ -224,7 +236,7 @@ fn documented(metrics: MetricsOn) -> OpenApiRouter<AppState> {
         .routes(routes!(redelivery::resend))
         .routes(routes!(redelivery::dead_letters))
         .routes(routes!(scale::get))
-        .routes(routes!(crate::console::links::create))
+        .routes(routes!(portal_links::create))
         .routes(routes!(
             ops_webhooks::put,
             ops_webhooks::get,

@@ -15,8 +15,7 @@ use super::auth::TenantAuth;
 use super::error::{ApiResult, Problem};
 use super::tenant_status::ShareStatus;
 use super::views::check_id;
-use crate::dispatcher::view::LaneBasis;
-use crate::dispatcher::{EndpointView, Look};
+use crate::dispatcher::{EndpointView, LaneBasis, Look};
 use crate::stats::window::DEFAULT_WINDOW;
 use crate::stats::{AttemptKind, Condition, FailureCounts, Standing, WindowSnapshot, evidence};
 use crate::store::{AttemptView, Endpoint};
@@ -66,7 +65,7 @@ pub struct EndpointStatus {
     pub lane_size: u32,
     /// `override`, `measured` or `default`: where `lane_size` comes from (`default` without a
     /// dispatcher, or before the window holds 20 attempts).
-    pub lane_basis: crate::dispatcher::view::LaneBasis,
+    pub lane_basis: crate::dispatcher::LaneBasis,
     /// The lane in force now: min(lane size, governor limit).
     pub effective_lane: u32,
     /// Deliveries in flight now (null without a dispatcher).

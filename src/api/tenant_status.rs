@@ -97,7 +97,7 @@ pub(crate) async fn share_status(
         .tenant_backlog(tenant, crate::clock::now_ms())
         .await?;
     let views = state.dispatcher.as_ref().map(|ctx| ctx.tenants());
-    let (weight, max_share) = crate::dispatcher::tenants::in_force(
+    let (weight, max_share) = crate::dispatcher::in_force(
         policy,
         state.settings.tenant_weight,
         state.settings.tenant_max_share,

@@ -11,7 +11,8 @@
 //! # Layout
 //! - [`session`]: the cookie-signing key, signed session cookies backed by session rows in the
 //!   store (revocable), CSRF tokens.
-//! - [`links`]: `POST /v1/portal-links` and the one-time exchange of a link for a session.
+//! - [`links`]: the one-time exchange of a portal link (made by `POST /v1/portal-links`) for
+//!   a session, and signing out.
 //! - [`guard`]: security headers (CSP, framing) and the form extractor that checks CSRF.
 //! - [`page`]: the HTML layout, errors as pages, formatting.
 //! - [`charts`]: SVG charts drawn on the server.
@@ -19,6 +20,7 @@
 //! - [`admin`]: the operator's pages: sign-in, fleet, tenants, plan.
 //! - [`sampler`]: readings of this process's metrics kept for rates and occupancy shares.
 //! - [`assets`]: the stylesheet, script and icon, embedded in the binary.
+//! - [`settings`]: the console's settings (`--console-…`).
 
 pub mod admin;
 pub mod assets;
@@ -29,6 +31,7 @@ pub mod page;
 pub mod portal;
 pub mod sampler;
 pub mod session;
+pub mod settings;
 
 use std::sync::Arc;
 
@@ -43,6 +46,8 @@ use crate::api::AppState;
 pub struct Console {
     /// The API's state: store, settings, dispatcher handle (used only through API functions).
     pub app: AppState,
+    /// The console's own settings.
+    pub settings: Arc<settings::ConsoleSettings>,
     /// The key that signs cookies and CSRF tokens.
     pub keys: Arc<session::Keys>,
     /// Recent readings of this process's metrics.
@@ -51,15 +56,17 @@ pub struct Console {
 
 impl Console {
     /// The console's settings.
-    pub fn settings(&self) -> &crate::config::ConsoleSettings {
-        &self.app.console
+    pub fn settings(&self) -> &settings::ConsoleSettings {
+        &self.settings
     }
 }
 
-/// The console's routes, under `/console` (merged into the API listener's router).
-pub fn router(app: &AppState) -> Router {
+/// The console's routes, under `/console` (merged beside the API's routes on the API
+/// listener); its errors are HTML pages.
+pub fn router(app: &AppState, settings: settings::ConsoleSettings) -> Router {
     let console = Console {
-        keys: Arc::new(session::Keys::new(app.console.cookie_key.as_deref())),
+        keys: Arc::new(session::Keys::new(settings.cookie_key.as_deref())),
+        settings: Arc::new(settings),
         sampler: sampler::Sampler::start(&app.metrics),
         app: app.clone(),
     };

@@ -19,14 +19,13 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
-use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::Console;
 use super::page::ConsoleError;
-use crate::ids::hash_token;
-use crate::store::{Store, StoreError, StoreResult, Tenant};
+use crate::ids::{hash_token, random_hex, token_fingerprint};
+use crate::store::{Store, StoreError, StoreResult, Tenant, purge_expired};
 
 /// The store setting holding a generated cookie-signing key.
 pub const KEY_SETTING: &str = "console_cookie_key";
@@ -116,13 +115,6 @@ pub fn warm_up(console: &Console) {
     }
 }
 
-/// `bytes` random bytes as hex.
-pub fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    rand::rng().fill_bytes(&mut buf);
-    buf.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Who a session belongs to.
 #[derive(Debug, Clone)]
 pub enum Principal {
@@ -161,12 +153,6 @@ struct Row {
     fp: String,
     /// When it began (epoch ms).
     at: i64,
-}
-
-/// What a session or a portal link keeps of the token in force when it was made: the first
-/// 16 hex digits of its hash. A rotation changes it, and with it ends both.
-pub fn fingerprint(token_hash: &str) -> String {
-    token_hash.chars().take(16).collect()
 }
 
 /// The name of the session cookie (or of the pre-session cookie).
@@ -215,14 +201,6 @@ fn row_key(exp: i64, sid: &str) -> String {
     format!("{SESSION_PREFIX}{exp:013}:{}", hash_token(sid))
 }
 
-/// Delete the expired rows under `prefix` (keys embed a 13-digit expiry); failures only log.
-pub async fn purge_expired(store: &dyn Store, prefix: &str, now_ms: i64) {
-    let below = format!("{prefix}{now_ms:013}");
-    if let Err(e) = store.delete_settings_between(prefix, &below).await {
-        tracing::warn!(error = %e, prefix, "console: cannot purge expired rows");
-    }
-}
-
 /// Begin a session for `principal`: store its row, and return the `Set-Cookie` value.
 pub async fn create(console: &Console, principal: &Principal) -> Result<HeaderValue, ConsoleError> {
     let store = console.app.store.as_ref();
@@ -235,13 +213,13 @@ pub async fn create(console: &Console, principal: &Principal) -> Result<HeaderVa
         Principal::Admin => Row {
             kind: "admin".into(),
             tenant: None,
-            fp: fingerprint(&console.app.admin_hash),
+            fp: token_fingerprint(&console.app.admin_hash),
             at: now,
         },
         Principal::Tenant(t) => Row {
             kind: "tenant".into(),
             tenant: Some(t.id.clone()),
-            fp: fingerprint(&t.token_hash),
+            fp: token_fingerprint(&t.token_hash),
             at: now,
         },
     };
@@ -280,9 +258,9 @@ pub async fn lookup(
         return Ok(None);
     };
     let principal = match (row.kind.as_str(), row.tenant) {
-        ("admin", _) if row.fp == fingerprint(&console.app.admin_hash) => Principal::Admin,
+        ("admin", _) if row.fp == token_fingerprint(&console.app.admin_hash) => Principal::Admin,
         ("tenant", Some(id)) => match store.tenant(&id).await {
-            Ok(t) if row.fp == fingerprint(&t.token_hash) => Principal::Tenant(t),
+            Ok(t) if row.fp == token_fingerprint(&t.token_hash) => Principal::Tenant(t),
             Ok(_) | Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e.into()),
         },

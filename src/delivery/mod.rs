@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use reqwest::header::HeaderValue;
 
-use crate::config::AttemptTimeouts;
 use crate::egress::EgressError;
 use crate::signing::SigningKey;
 
@@ -55,6 +54,17 @@ pub struct Target {
     pub previous_tls: Option<TlsProfile>,
     /// OAuth2 client credentials: a bearer token is fetched and sent with every attempt.
     pub oauth2: Option<oauth2::Credentials>,
+}
+
+/// Timeouts of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptTimeouts {
+    /// TCP (and TLS) connect.
+    pub connect: Duration,
+    /// Longest silence while reading the response.
+    pub read: Duration,
+    /// The whole attempt, from connect to the last byte read.
+    pub total: Duration,
 }
 
 /// Why an attempt failed without a usable response.

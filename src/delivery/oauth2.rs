@@ -327,8 +327,8 @@ async fn fetch(
     })
 }
 
-fn token_timeouts(total: Duration) -> crate::config::AttemptTimeouts {
-    crate::config::AttemptTimeouts {
+fn token_timeouts(total: Duration) -> crate::delivery::AttemptTimeouts {
+    crate::delivery::AttemptTimeouts {
         connect: total,
         read: total,
         total,

@@ -19,8 +19,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Concurrency;
 use super::Ctx;
-use crate::config::Concurrency;
 
 /// How often the pool's busy share is sampled.
 const SAMPLE: Duration = Duration::from_secs(1);
@@ -80,19 +80,19 @@ pub(super) async fn autosize(ctx: Arc<Ctx>) {
 
 /// What one decision interval measured of the pool.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Measured {
+pub(super) struct Measured {
     /// Time share of the pool held (claimed and not settled ÷ concurrency), 0–1.
-    pub busy_share: f64,
+    pub(super) busy_share: f64,
     /// Deliveries claimed and not settled, time average.
-    pub occupancy: f64,
+    pub(super) occupancy: f64,
     /// Attempts' arrival rate and mean duration.
-    pub load: super::view::Load,
+    pub(super) load: super::view::Load,
 }
 
 /// The next pool size (see the module docs): `max(L ÷ 0.88, Erlang C)`, at least ×1.5 when the
 /// pool was saturated in this interval and the one before (`saturated_before`), at least ×1.1
 /// when only in this one, shrinking by at most a tenth; within `[min, max]`.
-pub fn next_concurrency(
+pub(super) fn next_concurrency(
     current: u32,
     m: &Measured,
     saturated_before: bool,
@@ -116,7 +116,12 @@ pub fn next_concurrency(
 }
 
 /// Erlang C pool for a 50 ms mean queue wait, clamped to the operator's bounds.
-pub fn recommended_concurrency(rate_per_s: f64, mean_service_s: f64, min: u32, max: u32) -> u32 {
+pub(super) fn recommended_concurrency(
+    rate_per_s: f64,
+    mean_service_s: f64,
+    min: u32,
+    max: u32,
+) -> u32 {
     let load = rate_per_s * mean_service_s;
     if load.is_nan() || load <= 0.0 {
         return min;

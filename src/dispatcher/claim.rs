@@ -7,20 +7,20 @@ use std::time::Duration;
 
 /// What this dispatcher knows of one endpoint when it prepares a claim.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EndpointLoad {
+pub(super) struct EndpointLoad {
     /// Paused by a Retry-After, or its breaker open: nothing may start.
-    pub held: bool,
+    pub(super) held: bool,
     /// The lane in force (the lane size, lowered by the governor).
-    pub lane: u32,
+    pub(super) lane: u32,
     /// Recent attempt duration (exponentially weighted); `None` before the first attempt.
-    pub service: Option<Duration>,
+    pub(super) service: Option<Duration>,
     /// Deliveries in the lane or on their way to it.
-    pub taken: u32,
+    pub(super) taken: u32,
 }
 
 /// How many of its due deliveries the next claim may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Room {
+pub(super) enum Room {
     /// None: skip the endpoint.
     Skip,
     /// At most this many (fewer than a full share).
@@ -34,7 +34,7 @@ pub enum Room {
 /// deadline at its recent service time (queue × service ÷ lane ≤ deadline ÷ 2): a fast endpoint
 /// takes a full share and waits briefly at the lane; one slower than the deadline gets only its
 /// free slots, so it is not claimed just to be shed. Before any attempt the queue is one share.
-pub fn room(load: EndpointLoad, per_endpoint: u32, lane_deadline: Duration) -> Room {
+pub(super) fn room(load: EndpointLoad, per_endpoint: u32, lane_deadline: Duration) -> Room {
     if load.held {
         return Room::Skip;
     }

@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::DispatchSettings;
 use super::endpoints::EndpointState;
 use crate::admission::breaker::Transition;
 use crate::admission::governor;
-use crate::config::DispatchSettings;
 use crate::delivery::Decision;
 
 /// How an attempt moves the endpoint's unbroken run of failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailingChange {
+pub(super) enum FailingChange {
     /// Nothing to write.
     Unchanged,
     /// A run of failures began now (milliseconds since the epoch).
@@ -30,26 +30,26 @@ pub enum FailingChange {
 
 /// What the caller must do after the lock is released.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Effects {
+pub(super) struct Effects {
     /// A breaker transition to record as an endpoint event.
-    pub transition: Option<Transition>,
+    pub(super) transition: Option<Transition>,
     /// The change to the failing-since mark, or a disable.
-    pub failing: FailingChange,
+    pub(super) failing: FailingChange,
 }
 
 /// How often an endpoint's lane is sized again from its window.
-pub const LANE_RESIZE: Duration = Duration::from_secs(5);
+pub(super) const LANE_RESIZE: Duration = Duration::from_secs(5);
 
 /// One finished attempt, as the lane saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attempt {
+pub(super) struct Attempt {
     /// How long it took.
-    pub took: Duration,
+    pub(super) took: Duration,
     /// The endpoint's lane size: the governor's ceiling.
-    pub lane: u32,
+    pub(super) lane: u32,
     /// Whether the endpoint's limit bound while it was out (its lane was full or deliveries
     /// waited at it): only then may a success raise the governor past what is known safe.
-    pub limit_bound: bool,
+    pub(super) limit_bound: bool,
 }
 
 /// Apply one `attempt`, decided as `decision`, to `state`: the governor (the one place a
@@ -57,7 +57,7 @@ pub struct Attempt {
 /// ceiling is the endpoint's lane), the evidence window and the lane sized from it, the
 /// service-time average claims are sized by, the breaker, and the run of failures. An endpoint
 /// the decision disables itself (410 Gone) is not also auto-disabled.
-pub fn conclude(
+pub(super) fn conclude(
     state: &mut EndpointState,
     settings: &DispatchSettings,
     decision: &Decision,

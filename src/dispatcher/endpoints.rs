@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::DispatchSettings;
 use crate::admission::FleetCount;
 use crate::admission::breaker::{Breaker, BreakerSettings};
 use crate::admission::governor::{self, GovernorState};
 use crate::admission::lane::Lane;
-use crate::config::{AttemptTimeouts, DispatchSettings};
-use crate::delivery::{Target, TlsProfile};
+use crate::delivery::{AttemptTimeouts, Target, TlsProfile};
 use crate::signing::SigningKey;
 use crate::stats::Window;
 use crate::store::{Endpoint, EndpointTls, SharedStore, StoreError};
@@ -21,35 +21,35 @@ use crate::store::{Endpoint, EndpointTls, SharedStore, StoreError};
 const CONFIG_TTL: Duration = Duration::from_secs(5);
 
 /// Mutable per-endpoint state, behind one short-held mutex.
-pub struct EndpointState {
+pub(super) struct EndpointState {
     /// The parsed destination, or why it cannot be delivered to.
-    pub target: Result<Arc<Target>, String>,
+    pub(super) target: Result<Arc<Target>, String>,
     /// Is it enabled (as last read)?
-    pub enabled: bool,
+    pub(super) enabled: bool,
     /// Operator lane override.
-    pub lane_override: Option<u32>,
+    pub(super) lane_override: Option<u32>,
     /// When the configuration was read.
-    pub loaded_at: Instant,
+    pub(super) loaded_at: Instant,
     /// AIMD limit and Retry-After pause.
-    pub governor: GovernorState,
+    pub(super) governor: GovernorState,
     /// Latency and error breakers.
-    pub breaker: Breaker,
+    pub(super) breaker: Breaker,
     /// Rolling statistics for the evidence.
-    pub window: Window,
+    pub(super) window: Window,
     /// Start of the current unbroken run of failures.
-    pub failing_since_ms: Option<i64>,
+    pub(super) failing_since_ms: Option<i64>,
     /// Destination host (metrics label).
-    pub host: String,
+    pub(super) host: String,
     /// Recent attempt duration (exponentially weighted), for sizing claims to the lane.
-    pub service_ewma: Option<Duration>,
+    pub(super) service_ewma: Option<Duration>,
     /// The lane Little's Law gives from the window (before the fairness ceiling); `None` until
     /// the window holds enough attempts.
-    pub measured_lane: Option<u32>,
+    pub(super) measured_lane: Option<u32>,
     /// When `measured_lane` was last computed.
-    pub lane_sized_at: Option<Instant>,
+    pub(super) lane_sized_at: Option<Instant>,
     /// Deliveries offered to the lane since then: the rate a step in traffic shows at once,
     /// before the window's five-minute average catches up.
-    pub offered_since_sized: u32,
+    pub(super) offered_since_sized: u32,
 }
 
 /// Where an endpoint's lane size comes from.
@@ -65,29 +65,29 @@ pub enum LaneBasis {
 }
 
 /// One endpoint as this dispatcher sees it.
-pub struct EndpointRuntime {
+pub(super) struct EndpointRuntime {
     /// Endpoint id.
-    pub id: String,
+    pub(super) id: String,
     /// Tenant id.
-    pub tenant_id: String,
+    pub(super) tenant_id: String,
     /// The bulkhead.
-    pub lane: Arc<Lane>,
+    pub(super) lane: Arc<Lane>,
     /// Claimed deliveries whose tasks have not yet passed the lane (admitted or shed).
     pending: std::sync::atomic::AtomicU32,
     /// This process's fleet-wide admissions to the endpoint.
-    pub(crate) fleet: Arc<FleetCount>,
+    pub(super) fleet: Arc<FleetCount>,
     state: Mutex<EndpointState>,
 }
 
 impl EndpointRuntime {
     /// Claimed deliveries on their way to the lane.
-    pub fn pending(&self) -> u32 {
+    pub(super) fn pending(&self) -> u32 {
         self.pending.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// How long from the start of a Redis outage attempts admitted to this endpoint before it
     /// may still run anywhere in the fleet ([`crate::admission::fleet::mode::endpoint_hold`]).
-    pub fn outage_hold(&self) -> Duration {
+    pub(super) fn outage_hold(&self) -> Duration {
         let s = self.state();
         let deadline = match &s.target {
             Ok(target) => target.timeouts.total,
@@ -112,13 +112,13 @@ impl EndpointRuntime {
     }
 
     /// Lock the mutable state (never held across an await).
-    pub fn state(&self) -> MutexGuard<'_, EndpointState> {
+    pub(super) fn state(&self) -> MutexGuard<'_, EndpointState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 /// Every endpoint this dispatcher has seen.
-pub struct Endpoints {
+pub(super) struct Endpoints {
     store: SharedStore,
     settings: Arc<DispatchSettings>,
     map: Mutex<HashMap<String, Arc<EndpointRuntime>>>,
@@ -126,7 +126,7 @@ pub struct Endpoints {
 
 impl Endpoints {
     /// An empty registry.
-    pub fn new(store: SharedStore, settings: Arc<DispatchSettings>) -> Self {
+    pub(super) fn new(store: SharedStore, settings: Arc<DispatchSettings>) -> Self {
         Self {
             store,
             settings,
@@ -135,7 +135,7 @@ impl Endpoints {
     }
 
     /// Every known endpoint.
-    pub fn all(&self) -> Vec<Arc<EndpointRuntime>> {
+    pub(super) fn all(&self) -> Vec<Arc<EndpointRuntime>> {
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -151,7 +151,7 @@ impl Endpoints {
     /// value and an empty window; the next claim for the endpoint builds a fresh runtime. So a
     /// dispatcher's memory follows its active endpoints, not every endpoint it ever served.
     /// Returns how many were forgotten.
-    pub fn evict_idle(&self, now: Instant) -> usize {
+    pub(super) fn evict_idle(&self, now: Instant) -> usize {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let before = map.len();
         map.retain(|_, rt| Arc::strong_count(rt) > 1 || !rt.is_idle(now));
@@ -159,17 +159,12 @@ impl Endpoints {
     }
 
     /// Endpoints held in memory now.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Is no endpoint held in memory?
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// A known endpoint, without touching the store.
-    pub fn cached(&self, id: &str) -> Option<Arc<EndpointRuntime>> {
+    pub(super) fn cached(&self, id: &str) -> Option<Arc<EndpointRuntime>> {
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -178,14 +173,14 @@ impl Endpoints {
     }
 
     /// Forget the cached configuration so the next delivery re-reads it.
-    pub fn invalidate(&self, id: &str) {
+    pub(super) fn invalidate(&self, id: &str) {
         if let Some(rt) = self.cached(id) {
             rt.state().loaded_at = Instant::now() - CONFIG_TTL * 2;
         }
     }
 
     /// The endpoint, with its configuration refreshed from the store when stale.
-    pub async fn get(&self, id: &str) -> Result<Arc<EndpointRuntime>, StoreError> {
+    pub(super) async fn get(&self, id: &str) -> Result<Arc<EndpointRuntime>, StoreError> {
         let existing = self.cached(id);
         if let Some(rt) = &existing
             && rt.state().loaded_at.elapsed() < CONFIG_TTL
@@ -265,7 +260,7 @@ impl Endpoints {
 impl EndpointState {
     /// The lane: the operator's override, else the one measured by Little's Law, else the
     /// configured default; clamped by the fairness ceiling for this concurrency.
-    pub fn lane_size(&self, settings: &DispatchSettings, concurrency: u32) -> u32 {
+    pub(super) fn lane_size(&self, settings: &DispatchSettings, concurrency: u32) -> u32 {
         self.lane_override
             .or(self.measured_lane)
             .unwrap_or(settings.lane_size)
@@ -274,7 +269,7 @@ impl EndpointState {
     }
 
     /// Where [`lane_size`](Self::lane_size) comes from.
-    pub fn lane_basis(&self) -> LaneBasis {
+    pub(super) fn lane_basis(&self) -> LaneBasis {
         match (self.lane_override, self.measured_lane) {
             (Some(_), _) => LaneBasis::Override,
             (None, Some(_)) => LaneBasis::Measured,
@@ -283,7 +278,7 @@ impl EndpointState {
     }
 
     /// A delivery reached admission: counted in the window and towards the next lane sizing.
-    pub fn record_offered(&mut self, now: Instant) {
+    pub(super) fn record_offered(&mut self, now: Instant) {
         self.window.record_offered(now);
         self.offered_since_sized = self.offered_since_sized.saturating_add(1);
     }
@@ -295,7 +290,12 @@ impl EndpointState {
     /// last sizing: a lane follows a rise in traffic within one sizing (a lane too small for it
     /// is offered what it can claim, and grows by the headroom each time) instead of the minutes
     /// the window's average takes, and falls back to the window's rate when the rise is over.
-    pub fn resize_lane(&mut self, settings: &DispatchSettings, every: Duration, now: Instant) {
+    pub(super) fn resize_lane(
+        &mut self,
+        settings: &DispatchSettings,
+        every: Duration,
+        now: Instant,
+    ) {
         let since = match self.lane_sized_at {
             Some(at) if now.saturating_duration_since(at) < every => return,
             Some(at) => now.saturating_duration_since(at),
@@ -323,7 +323,7 @@ impl EndpointState {
     }
 
     /// The lane in force now: min(lane size, governor limit).
-    pub fn effective_lane(&self, settings: &DispatchSettings, concurrency: u32) -> u32 {
+    pub(super) fn effective_lane(&self, settings: &DispatchSettings, concurrency: u32) -> u32 {
         governor::effective_limit(&self.governor, self.lane_size(settings, concurrency))
     }
 }
@@ -392,11 +392,11 @@ fn tls_profiles(t: &EndpointTls) -> (Option<TlsProfile>, Option<TlsProfile>) {
 
 /// A claimed delivery counted against its endpoint's room until it reaches the lane; dropping
 /// it (at the lane, or when the task ends early) stops counting it.
-pub struct Pending(Option<Arc<EndpointRuntime>>);
+pub(super) struct Pending(Option<Arc<EndpointRuntime>>);
 
 impl Pending {
     /// Count one delivery for `endpoint` (nothing for an endpoint not seen yet).
-    pub fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
+    pub(super) fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
         if let Some(rt) = &endpoint {
             rt.pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
@@ -469,7 +469,7 @@ mod tests {
         registry.cached(&id).unwrap().state().governor.paused_until = None;
         // Nothing in the window, breaker closed, no pause, no other holder: forgotten.
         assert_eq!(registry.evict_idle(later), 1);
-        assert!(registry.is_empty());
+        assert_eq!(registry.len(), 0);
         // The next delivery builds a fresh runtime.
         assert!(registry.get(&id).await.is_ok());
         assert_eq!(registry.len(), 1);

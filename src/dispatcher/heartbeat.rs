@@ -12,7 +12,7 @@ use super::{Ctx, Look};
 use crate::store::Heartbeat;
 
 /// Heartbeats older than this many intervals are deleted by whichever dispatcher beats next.
-pub const PURGE_AFTER_INTERVALS: u32 = 60;
+pub(super) const PURGE_AFTER_INTERVALS: u32 = 60;
 
 impl Ctx {
     /// This dispatcher's id in the heartbeat table.

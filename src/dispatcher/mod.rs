@@ -5,18 +5,19 @@
 //! settler, which writes them in batches. On shutdown the leaser stops, in-flight attempts get a
 //! grace period, and whatever has not finished is released (ready again, attempts unchanged).
 
-pub mod autosize;
-pub mod claim;
-pub mod conclude;
-pub mod endpoints;
-pub mod heartbeat;
+mod autosize;
+mod claim;
+mod conclude;
+mod endpoints;
+mod heartbeat;
 mod leaser;
-pub mod pipeline;
+mod pipeline;
 mod reaper;
+mod settings;
 mod settler;
-pub mod tenants;
+mod tenants;
 mod throttle_watch;
-pub mod view;
+mod view;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -29,15 +30,18 @@ use tokio::time::Instant;
 
 use crate::admission::fleet::FleetLanes;
 use crate::admission::fleet::mode::{FleetMode, FleetTransitions};
-use crate::config::DispatchSettings;
 use crate::delivery::Clients;
 use crate::egress::EgressPolicy;
 use crate::metrics::Metrics;
 use crate::store::{Claimed, SettleOutcome, Settlement, SharedStore};
 
 use endpoints::Endpoints;
+pub use settings::{Concurrency, DispatchSettings, parse_concurrency};
 pub use settler::{SettleItem, Written, settle_batch};
-pub use view::{DispatcherView, EndpointView, Load, Look, PoolView, TenantView};
+pub(crate) use tenants::in_force;
+pub use view::{
+    DispatcherView, EndpointView, FleetModeName, LaneBasis, Load, Look, PoolView, TenantView,
+};
 
 /// Shared state of one dispatcher process.
 pub struct Ctx {

@@ -92,7 +92,7 @@ impl Candidate for AtEndpoint<'_> {
 }
 
 /// Run one delivery to a settlement: admit → attempt → conclude.
-pub async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
+pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
     let endpoint = match ctx.endpoints.get(&d.endpoint_id).await {
         Ok(rt) => rt,
         Err(StoreError::NotFound(_)) => {

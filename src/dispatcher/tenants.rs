@@ -17,7 +17,7 @@ use crate::fairness::{self, SharePolicy};
 use crate::store::{Claimed, TenantCharge};
 
 /// What a delivery to an endpoint never attempted here is charged, seconds.
-pub const UNMEASURED_COST: f64 = 0.1;
+pub(super) const UNMEASURED_COST: f64 = 0.1;
 
 /// How fast a tenant's use of the pool is forgotten: its half-life.
 const OCCUPANCY_HALF_LIFE: Duration = Duration::from_secs(60);
@@ -64,18 +64,18 @@ struct State {
 
 /// A tenant's figures as this dispatcher sees them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct TenantUse {
+pub(super) struct TenantUse {
     /// The tenant.
-    pub tenant_id: String,
+    pub(super) tenant_id: String,
     /// Its written policy as last read.
-    pub policy: SharePolicy,
+    pub(super) policy: SharePolicy,
     /// Attempt-seconds per second over about the last minute.
-    pub busy: f64,
+    pub(super) busy: f64,
 }
 
 /// The dispatcher's fair-share state.
 #[derive(Debug, Default)]
-pub(crate) struct Tenants {
+pub(super) struct Tenants {
     state: Mutex<State>,
 }
 
@@ -85,14 +85,14 @@ impl Tenants {
     }
 
     /// What the next claim carries: the virtual time, and the charges owed (taken).
-    pub(crate) fn for_claim(&self) -> (Option<f64>, Vec<TenantCharge>) {
+    pub(super) fn for_claim(&self) -> (Option<f64>, Vec<TenantCharge>) {
         let mut s = self.state();
         let charges = s.charges.drain().map(|(_, c)| c).collect();
         (s.floor, charges)
     }
 
     /// Give back charges a failed claim did not apply.
-    pub(crate) fn unapplied(&self, charges: Vec<TenantCharge>) {
+    pub(super) fn unapplied(&self, charges: Vec<TenantCharge>) {
         let mut s = self.state();
         for c in charges {
             match s.charges.get_mut(&c.tenant_id) {
@@ -109,7 +109,7 @@ impl Tenants {
 
     /// Record a claim: its floor, and a charge of `cost(delivery)` seconds for each delivery
     /// it took.
-    pub(crate) fn claimed(
+    pub(super) fn claimed(
         &self,
         floor: Option<f64>,
         claimed: &[Claimed],
@@ -152,7 +152,7 @@ impl Tenants {
     }
 
     /// Add one attempt's duration to `tenant`'s use of the pool.
-    pub(crate) fn occupied(&self, tenant: &str, took: Duration) {
+    pub(super) fn occupied(&self, tenant: &str, took: Duration) {
         let now = Instant::now();
         let mut s = self.state();
         let k = match s.known.get_mut(tenant) {
@@ -168,7 +168,7 @@ impl Tenants {
     }
 
     /// A tenant's policy as last read (the defaults until it is).
-    pub(crate) fn policy(&self, tenant: &str) -> SharePolicy {
+    pub(super) fn policy(&self, tenant: &str) -> SharePolicy {
         self.state()
             .known
             .get(tenant)
@@ -177,7 +177,7 @@ impl Tenants {
     }
 
     /// Forget tenants neither claimed nor attempted for long.
-    pub(crate) fn forget_idle(&self) {
+    pub(super) fn forget_idle(&self) {
         let now = Instant::now();
         self.state()
             .known
@@ -185,7 +185,7 @@ impl Tenants {
     }
 
     /// Each known tenant's policy and use of the pool, busiest first.
-    pub(crate) fn uses(&self) -> Vec<TenantUse> {
+    pub(super) fn uses(&self) -> Vec<TenantUse> {
         let now = Instant::now();
         let s = self.state();
         // A steady rate r of attempt-seconds per second holds the score at r × h / ln 2.
@@ -209,7 +209,11 @@ impl Tenants {
 }
 
 /// The weight and ceiling in force for `policy` under the process defaults.
-pub fn in_force(policy: SharePolicy, default_weight: u32, default_max_share: f64) -> (u32, f64) {
+pub(crate) fn in_force(
+    policy: SharePolicy,
+    default_weight: u32,
+    default_max_share: f64,
+) -> (u32, f64) {
     (
         policy.weight.unwrap_or(default_weight).max(1),
         policy.max_share.unwrap_or(default_max_share),
@@ -218,7 +222,7 @@ pub fn in_force(policy: SharePolicy, default_weight: u32, default_max_share: f64
 
 /// Each tenant's room under its ceiling in a pool of `pool`, given what it holds now: only the
 /// tenants for which it is less than `limit` (the others cannot be held back by this claim).
-pub fn rooms<'a>(
+pub(super) fn rooms<'a>(
     held: impl IntoIterator<Item = (&'a str, u32, f64)>,
     pool: u32,
     limit: u32,

@@ -8,8 +8,7 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 
-use crate::config::SettingProblem;
-use crate::config::problem::{Problems, shown};
+use crate::setting::{Problems, SettingProblem, shown};
 
 /// The egress settings, validated.
 #[derive(Debug, Clone, Default)]
@@ -73,54 +72,42 @@ impl EgressSettings {
     }
 }
 
-/// The raw egress settings (flags `--egress-…`; in the file, keys of an `[egress]` table
-/// without the prefix: `proxy`).
-#[derive(Debug, Clone, Default, Deserialize, clap::Args)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RawEgressSettings {
-    /// PEM file of extra CA certificates trusted for every endpoint, beside the system's [default: none]
-    #[arg(long = "egress-ca-file", env = "SLUICE_EGRESS_CA_FILE")]
-    #[serde(alias = "ca_file")]
-    pub ca_file: Option<PathBuf>,
-    /// HTTP proxy for deliveries and token requests, http://host:port (https via CONNECT; SOCKS is not supported) [default: none, direct]
-    #[arg(long = "egress-proxy", env = "SLUICE_EGRESS_PROXY")]
-    pub proxy: Option<String>,
-    /// Destinations reached without the proxy, comma-separated: hosts (example.com covers its subdomains), IPs, CIDR networks, or * [default: none]
-    #[arg(
-        long = "egress-no-proxy",
-        env = "SLUICE_EGRESS_NO_PROXY",
-        value_delimiter = ','
-    )]
-    #[serde(default, alias = "no_proxy")]
-    pub no_proxy: Vec<String>,
-    /// Connect timeout of an OAuth2 token request, 100ms–60s [default: 3s]
-    #[arg(
-        long = "egress-token-connect-timeout",
-        env = "SLUICE_EGRESS_TOKEN_CONNECT_TIMEOUT"
-    )]
-    #[serde(alias = "token_connect_timeout")]
-    pub token_connect_timeout: Option<String>,
-    /// Total timeout of an OAuth2 token request, 100ms–60s [default: 10s]
-    #[arg(long = "egress-token-timeout", env = "SLUICE_EGRESS_TOKEN_TIMEOUT")]
-    #[serde(alias = "token_timeout")]
-    pub token_timeout: Option<String>,
+crate::setting::raw_settings! {
+    /// The raw egress settings (flags `--egress-…`; in the file, keys of an `[egress]` table
+    /// without the prefix: `proxy`).
+    #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
+    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    pub struct RawEgressSettings {
+        /// PEM file of extra CA certificates trusted for every endpoint, beside the system's [default: none]
+        #[arg(long = "egress-ca-file", env = "SLUICE_EGRESS_CA_FILE")]
+        #[serde(alias = "ca_file")]
+        pub ca_file: Option<PathBuf>,
+        /// HTTP proxy for deliveries and token requests, http://host:port (https via CONNECT; SOCKS is not supported) [default: none, direct]
+        #[arg(long = "egress-proxy", env = "SLUICE_EGRESS_PROXY")]
+        pub proxy: Option<String>,
+        /// Destinations reached without the proxy, comma-separated: hosts (example.com covers its subdomains), IPs, CIDR networks, or * [default: none]
+        #[arg(
+            long = "egress-no-proxy",
+            env = "SLUICE_EGRESS_NO_PROXY",
+            value_delimiter = ','
+        )]
+        #[serde(default, alias = "no_proxy")]
+        pub no_proxy: Vec<String>,
+        /// Connect timeout of an OAuth2 token request, 100ms–60s [default: 3s]
+        #[arg(
+            long = "egress-token-connect-timeout",
+            env = "SLUICE_EGRESS_TOKEN_CONNECT_TIMEOUT"
+        )]
+        #[serde(alias = "token_connect_timeout")]
+        pub token_connect_timeout: Option<String>,
+        /// Total timeout of an OAuth2 token request, 100ms–60s [default: 10s]
+        #[arg(long = "egress-token-timeout", env = "SLUICE_EGRESS_TOKEN_TIMEOUT")]
+        #[serde(alias = "token_timeout")]
+        pub token_timeout: Option<String>,
+    }
 }
 
 impl RawEgressSettings {
-    /// Fill every unset field of `self` from `file`.
-    pub fn or(self, file: RawEgressSettings) -> RawEgressSettings {
-        RawEgressSettings {
-            ca_file: self.ca_file.or(file.ca_file),
-            proxy: self.proxy.or(file.proxy),
-            no_proxy: match self.no_proxy.is_empty() {
-                true => file.no_proxy,
-                false => self.no_proxy,
-            },
-            token_connect_timeout: self.token_connect_timeout.or(file.token_connect_timeout),
-            token_timeout: self.token_timeout.or(file.token_timeout),
-        }
-    }
-
     /// Parse every value (reading the CA file), adding each that does not parse to `errors`;
     /// the ranges are checked by [`EgressSettings::problems`].
     pub fn parse(self, errors: &mut Vec<String>) -> EgressSettings {
@@ -155,24 +142,10 @@ impl RawEgressSettings {
         } else if !self.no_proxy.is_empty() {
             errors.push("egress-no-proxy: is set but egress-proxy is not".into());
         }
-        for (name, text, into) in [
-            (
-                "egress-token-connect-timeout",
-                &self.token_connect_timeout,
-                &mut s.token.connect,
-            ),
-            (
-                "egress-token-timeout",
-                &self.token_timeout,
-                &mut s.token.total,
-            ),
-        ] {
-            match text.as_deref().map(crate::config::parse_duration) {
-                None => {}
-                Some(Ok(d)) => *into = d,
-                Some(Err(e)) => errors.push(format!("{name}: {e}")),
-            }
-        }
+        crate::setting::parse_durations!(errors, "egress-", self;
+            token_connect_timeout => s.token.connect,
+            token_timeout => s.token.total,
+        );
         s
     }
 }

@@ -33,8 +33,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use crate::config::SettingProblem;
-use crate::config::problem::Problems;
+use crate::setting::{Problems, SettingProblem};
 
 pub use endpoints::{Count, EndpointGauges, EndpointSeries};
 

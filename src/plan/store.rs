@@ -104,7 +104,7 @@ pub async fn read_store(
     reading.measurements = summarise(&durations, &reading.hosts, window.as_secs_f64(), oldest);
     // The attempts in the store are already the whole fleet's; the heartbeats add how many
     // dispatchers run now and their concurrency (fresh: the default three intervals).
-    let fresh_ms = crate::config::DispatchSettings::default()
+    let fresh_ms = crate::dispatcher::DispatchSettings::default()
         .heartbeat_fresh()
         .as_millis() as i64;
     let since = now_ms - fresh_ms;

@@ -24,9 +24,8 @@ use super::connection::{Activity, Stop, WatchedIo, watch};
 use super::deadline::DeadlineBody;
 use super::slots::{Full, Slots};
 use crate::api::error::Problem;
-use crate::config::SettingProblem;
-use crate::config::problem::{Problems, shown};
 use crate::metrics::{ListenerLabel, Metrics};
+use crate::setting::{Problems, SettingProblem, shown};
 
 /// Limits of every HTTP listener sluice serves (the API and the operator listener).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use crate::admission::fleet::{FleetLanes, FleetSettings};
 use crate::api::{self, AppState, MetricsOn, auth::ADMIN_TOKEN_SETTING};
 use crate::config::{Config, Role};
+use crate::console::settings::ConsoleSettings;
 use crate::dispatcher::{Ctx, Dispatcher, DrainReport};
 use crate::metrics::Metrics;
 use crate::store::deadline::Bounded;
@@ -201,7 +202,8 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         config.max_payload_bytes,
         config.store_deadline,
     )
-    .with_console(config.console.clone());
+    .with_portal_links(config.console.portal_links());
+    let console = config.console.clone();
 
     let http_settings = config.http;
     let http_metrics = Arc::clone(&metrics);
@@ -213,7 +215,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         for (listener, router, (max, per_peer), kind) in [
             (
                 api_listener,
-                api::router(state.clone(), metrics_on),
+                api_router(&state, metrics_on, console),
                 (max_api_connections, http_settings.max_connections_per_peer),
                 Kind::Api,
             ),
@@ -293,6 +295,14 @@ async fn admin_token(
     let stored = store.init_setting(ADMIN_TOKEN_SETTING, &hash).await?;
     let generated = (stored == hash).then_some(token);
     Ok((stored, generated))
+}
+
+/// The API listener's router: the API's routes (problem+json) and, beside them, the console
+/// (HTML pages), inside the panic catcher and the access log.
+fn api_router(state: &AppState, metrics_on: MetricsOn, console: ConsoleSettings) -> axum::Router {
+    let routes =
+        api::routes(state.clone(), metrics_on).merge(crate::console::router(state, console));
+    api::edge(routes, Arc::clone(&state.metrics))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {

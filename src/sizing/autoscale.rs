@@ -7,8 +7,7 @@
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::config::SettingProblem;
-use crate::config::problem::{Problems, joined};
+use crate::setting::{Problems, SettingProblem, joined};
 
 /// One or more [`ScalingSettings`] values were invalid; every problem is listed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

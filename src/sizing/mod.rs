@@ -7,6 +7,7 @@ pub mod autoscale;
 pub mod erlang;
 pub mod fleet;
 pub mod layout;
+mod numbers;
 pub mod report;
 pub mod signal;
 pub mod staffing;

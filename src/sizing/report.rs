@@ -5,8 +5,8 @@ use thiserror::Error;
 
 use super::erlang::{self, ErlangError, mean_queue_wait, wait_percentile_exceeds};
 use super::layout::{self, DEFAULT_PROCESSES_PER_POD, DEFAULT_TASKS_PER_PROCESS, Layout};
+use super::numbers::thousands;
 use super::staffing::{StaffingBeta, littles_law_floor, sqrt_staffing, workers_floor};
-use super::table::thousands;
 
 /// Tasks per process beyond which one blocking call stalls too many deliveries on a loop.
 pub const EVENT_LOOP_FAIRNESS_TASKS: u32 = 500;

@@ -2,35 +2,8 @@
 
 use std::fmt;
 
+use super::numbers::{thousands, thousands_f64};
 use super::report::{SizeReport, SizeRow, WaitTarget};
-
-/// `1234567` → `"1,234,567"`.
-pub(crate) fn thousands(value: u64) -> String {
-    use num_format::{Locale, ToFormattedString};
-    value.to_formatted_string(&Locale::en)
-}
-
-/// `1260.04` with 1 decimal → `"1,260.0"`; non-finite values print as Rust does.
-fn thousands_f64(value: f64, decimals: usize) -> String {
-    if !value.is_finite() {
-        return value.to_string();
-    }
-    let text = format!("{:.*}", decimals, value.abs());
-    let (whole, fraction) = text.split_once('.').unwrap_or((&text, ""));
-    let sign = if value < 0.0 && text.bytes().any(|b| b.is_ascii_digit() && b != b'0') {
-        "-"
-    } else {
-        ""
-    };
-    let whole = whole
-        .parse::<u64>()
-        .map_or_else(|_| whole.to_owned(), thousands);
-    if fraction.is_empty() {
-        format!("{sign}{whole}")
-    } else {
-        format!("{sign}{whole}.{fraction}")
-    }
-}
 
 /// Seconds for humans: `"1.40 s"`, `"412.3 ms"`, `"<0.1 ms"`, `"0 s"`, `"inf"`.
 fn seconds(value_s: f64) -> String {
@@ -173,17 +146,6 @@ impl fmt::Display for SizeReport {
 mod tests {
     use super::*;
     use crate::sizing::report::{SizeRequest, Surge, size_with_fd_limit};
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(1_234_567), "1,234,567");
-        assert_eq!(thousands_f64(1_260.04, 1), "1,260.0");
-        assert_eq!(thousands_f64(-1_234.5, 0), "-1,234");
-        assert_eq!(thousands_f64(f64::INFINITY, 1), "inf");
-    }
 
     #[test]
     fn seconds_pick_a_readable_unit() {

@@ -327,6 +327,15 @@ pub const PROBE_ROOM_BYTES: usize = 64 * 1024;
 /// The settings key of the write probe's heartbeat (milliseconds since the epoch).
 pub const PROBE_SETTING: &str = "write_probe_at_ms";
 
+/// Delete the expired settings rows under `prefix` (console sessions and portal links, whose
+/// keys embed a 13-digit expiry); failures only log.
+pub async fn purge_expired(store: &dyn Store, prefix: &str, now_ms: i64) {
+    let below = format!("{prefix}{now_ms:013}");
+    if let Err(e) = store.delete_settings_between(prefix, &below).await {
+        tracing::warn!(error = %e, prefix, "console: cannot purge expired rows");
+    }
+}
+
 /// Driver options for [`open`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenOptions {

@@ -444,7 +444,7 @@ async fn drive(
     let slow_rate = args.bad_rate.unwrap_or(args.sized(14.0, 10.0));
     let lane = args.lane.unwrap_or(4);
     let plan = Plan::new(args);
-    let heartbeat = sluice::config::DispatchSettings::default().heartbeat_interval;
+    let heartbeat = sluice::dispatcher::DispatchSettings::default().heartbeat_interval;
     let heartbeat_s = heartbeat.as_secs_f64();
 
     let redis_port = sluice_testkit::free_port();

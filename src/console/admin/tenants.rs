@@ -11,13 +11,14 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::Operator;
+use crate::api::portal_links::{base_url, issue};
 use crate::api::status::{EndpointStatus, endpoint_status};
 use crate::api::tenant_status::{ShareCondition, ShareStatus, share_status};
 use crate::api::tenants::{UpdateTenant, update_share};
 use crate::api::views::{check_id, looks_like_id};
 use crate::console::Console;
 use crate::console::guard::CsrfForm;
-use crate::console::links::{Empty, base_url, issue};
+use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
 use crate::store::{Endpoint, Tenant};
 
@@ -215,11 +216,7 @@ pub async fn portal_link(
 ) -> Result<Markup, ConsoleError> {
     check_id("tenant", &id)?;
     let tenant = console.app.store.tenant(&id).await?;
-    let ttl = console
-        .settings()
-        .link_ttl
-        .as_secs()
-        .min(u64::from(u32::MAX)) as u32;
+    let ttl = console.app.portal_links.ttl_s();
     let link = issue(&console.app, &tenant, ttl, base_url(&console.app, &headers)).await?;
     let body = html! {
         section.narrow {
