@@ -5,7 +5,7 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::AppState;
@@ -13,12 +13,11 @@ use super::auth::TenantAuth;
 use super::endpoint_actions::record;
 use super::endpoint_checks::check_destination_of;
 use super::error::{ApiResult, Problem};
-use super::time::Timestamp;
 use super::views::{EndpointOut, check_id};
 use crate::delivery::ClientIdentity;
 use crate::delivery::oauth2::{ClientAuth, Credentials};
 use crate::delivery::tls::{self, IdentityError};
-use crate::store::{Endpoint, EndpointTls};
+use crate::store::Endpoint;
 
 /// OAuth2 client credentials (RFC 6749 §4.4) as written: sluice gets a token from `token_url`
 /// and sends it as `Authorization: Bearer` with every attempt.
@@ -44,33 +43,6 @@ pub struct OAuth2In {
     /// `post` (in the form body).
     #[serde(default)]
     pub client_auth: ClientAuth,
-}
-
-/// OAuth2 client credentials as shown: everything but the client secret.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct OAuth2Out {
-    /// The token endpoint.
-    pub token_url: String,
-    /// The client id.
-    pub client_id: String,
-    /// Scopes asked for.
-    pub scope: Option<String>,
-    /// Audience asked for.
-    pub audience: Option<String>,
-    /// `basic` or `post`.
-    pub client_auth: ClientAuth,
-}
-
-impl From<&Credentials> for OAuth2Out {
-    fn from(c: &Credentials) -> Self {
-        Self {
-            token_url: c.token_url.clone(),
-            client_id: c.client_id.clone(),
-            scope: c.scope.clone(),
-            audience: c.audience.clone(),
-            client_auth: c.auth,
-        }
-    }
 }
 
 /// `POST /v1/endpoints/{id}/rotate-client-certificate`: the new certificate and key.
@@ -237,17 +209,4 @@ pub(crate) async fn rotate_identity(
     }
     record(state, &e, "client_certificate_rotated", detail).await;
     Ok(e)
-}
-
-/// What [`EndpointOut`] shows of an endpoint's TLS setting: the CA bundle, the client
-/// certificate (never its key) and the end of a rotation's overlap.
-pub(crate) fn shown(t: &EndpointTls) -> (Option<String>, Option<String>, Option<Timestamp>) {
-    let overlap = t
-        .previous_client_until_ms
-        .filter(|until| *until > crate::clock::now_ms() && t.previous_client.is_some());
-    (
-        t.ca_bundle.clone(),
-        t.client.as_ref().map(|c| c.certificate.clone()),
-        overlap.map(Timestamp),
-    )
 }

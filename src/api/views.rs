@@ -8,9 +8,12 @@ use utoipa::ToSchema;
 
 use super::error::Problem;
 use super::time::Timestamp;
+use crate::delivery::oauth2::{ClientAuth, Credentials};
 use crate::ids;
 use crate::signing::{Scheme, SigningKey, scheme_of};
-use crate::store::{AttemptView, DeliveryState, DeliveryView, Endpoint, EndpointEvent};
+use crate::store::{
+    AttemptView, DeliveryState, DeliveryView, Endpoint, EndpointEvent, EndpointTls,
+};
 
 /// Does `id` look like one of our ids (`ep_…`, `msg_…`)? Anything else cannot exist, so it is a
 /// 404 without a trip to the store (and odd bytes never reach SQL).
@@ -135,7 +138,7 @@ pub struct EndpointOut {
     /// the receiver refuses the current one).
     pub previous_tls_client_certificate_until: Option<Timestamp>,
     /// OAuth2 client credentials (the client secret is never shown).
-    pub oauth2: Option<super::endpoint_tls::OAuth2Out>,
+    pub oauth2: Option<OAuth2Out>,
     /// When it was created.
     pub created_at: Timestamp,
     /// Last change.
@@ -144,6 +147,46 @@ pub struct EndpointOut {
     /// `whsk_…` secret key for `v1a` (sluice signs with it; receivers need only the public key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+}
+
+/// OAuth2 client credentials as shown: everything but the client secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OAuth2Out {
+    /// The token endpoint.
+    pub token_url: String,
+    /// The client id.
+    pub client_id: String,
+    /// Scopes asked for.
+    pub scope: Option<String>,
+    /// Audience asked for.
+    pub audience: Option<String>,
+    /// `basic` or `post`.
+    pub client_auth: ClientAuth,
+}
+
+impl From<&Credentials> for OAuth2Out {
+    fn from(c: &Credentials) -> Self {
+        Self {
+            token_url: c.token_url.clone(),
+            client_id: c.client_id.clone(),
+            scope: c.scope.clone(),
+            audience: c.audience.clone(),
+            client_auth: c.auth,
+        }
+    }
+}
+
+/// What [`EndpointOut`] shows of an endpoint's TLS setting: the CA bundle, the client
+/// certificate (never its key) and the end of a rotation's overlap.
+fn tls_shown(t: &EndpointTls) -> (Option<String>, Option<String>, Option<Timestamp>) {
+    let overlap = t
+        .previous_client_until_ms
+        .filter(|until| *until > crate::clock::now_ms() && t.previous_client.is_some());
+    (
+        t.ca_bundle.clone(),
+        t.client.as_ref().map(|c| c.certificate.clone()),
+        overlap.map(Timestamp),
+    )
 }
 
 impl EndpointOut {
@@ -159,8 +202,7 @@ impl EndpointOut {
                 .ok()
                 .and_then(|k| k.public_key()),
         };
-        let (tls_ca_bundle, tls_client_certificate, previous_identity_until) =
-            super::endpoint_tls::shown(&e.tls);
+        let (tls_ca_bundle, tls_client_certificate, previous_identity_until) = tls_shown(&e.tls);
         Self {
             oauth2: e.oauth2.as_ref().map(Into::into),
             tls_ca_bundle,
