@@ -12,8 +12,8 @@ use serde::Deserialize;
 
 use crate::console::settings::{ConsoleSettings, RawConsoleSettings};
 use crate::dispatcher::{DispatchSettings, parse_concurrency};
+use crate::listener::ListenerSettings;
 use crate::metrics::MetricsSettings;
-use crate::server::listener::ListenerSettings;
 use crate::setting::{Problems, SettingProblem, parse_duration, shown};
 
 pub mod file;

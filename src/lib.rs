@@ -35,8 +35,9 @@
 //!   (`dlv_`/`att_` for the store's numbered rows), tokens and their hashes.
 //! - [`stats`]: rolling per-endpoint windows and the evidence arithmetic.
 //! - [`sizing`]: Little's Law, square-root staffing, Erlang C, layout, autoscaling.
-//! - [`server`]: `sluice serve` as a call, and the HTTP listeners' defences against slow, idle and
-//!   too many clients.
+//! - [`server`]: `sluice serve` as a call: the store, the dispatcher, the API and the console
+//!   wired together.
+//! - [`listener`]: the HTTP listeners' defences against slow, idle and too many clients.
 //! - [`config`] and [`cli`]: settings validated once; the thin command line. Each component
 //!   keeps its own settings type beside its code (`DispatchSettings` in [`dispatcher`],
 //!   `ConsoleSettings` in [`console`], `ListenerSettings`, `EgressSettings`, …); `config`
@@ -58,6 +59,7 @@ pub mod dispatcher;
 pub mod egress;
 pub mod fairness;
 pub mod ids;
+pub mod listener;
 pub mod metrics;
 pub mod notify;
 pub mod plan;

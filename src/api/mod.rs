@@ -5,6 +5,7 @@
 
 pub mod auth;
 mod body;
+pub mod deadline;
 pub(crate) mod deliveries;
 pub(crate) mod endpoint_actions;
 pub(crate) mod endpoint_checks;

@@ -3,7 +3,7 @@
 //! else that answers with a bare or plain-text 4xx or 5xx, which [`as_problem`] rewrites.
 //!
 //! What hyper answers before a request reaches the router (a malformed request line or header,
-//! headers over 64 KiB) is rewritten on the connection (see `server::connection`).
+//! headers over 64 KiB) is rewritten on the connection (see `listener::connection`).
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, StatusCode, header};

@@ -1,17 +1,6 @@
 //! `sluice serve` as a library call: open the store, make sure there is an admin token, start the
 //! dispatcher and the HTTP listeners, and stop them cleanly. Tests start it on `127.0.0.1:0`.
-//!
-//! # Layout
-//! - [`listener`]: the accept loop, its connection limits and the refusal of connections over them.
-//! - [`slots`]: who holds the connection slots, and which idle connection makes room.
-//! - [`connection`]: one connection's header and idle deadlines, and hyper's own errors as
-//!   problem+json.
-//! - [`deadline`]: the request body's deadline.
-
-pub mod connection;
-pub mod deadline;
-pub mod listener;
-pub mod slots;
+//! The HTTP listeners themselves (limits, slots, deadlines) are [`crate::listener`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,11 +14,11 @@ use crate::api::{self, AppState, MetricsOn, auth::ADMIN_TOKEN_SETTING};
 use crate::config::{Config, Role};
 use crate::console::settings::ConsoleSettings;
 use crate::dispatcher::{Ctx, Dispatcher, DrainReport};
+use crate::listener::{self, Kind};
 use crate::metrics::Metrics;
 use crate::store::deadline::Bounded;
 use crate::store::postgres::PostgresOptions;
 use crate::store::{self, SharedStore, StoreError, sqlite::SqliteOptions};
-use listener::Kind;
 
 /// Connections the operator listener serves at once: probes and scrapers, a handful each.
 const OPERATOR_MAX_CONNECTIONS: u32 = 64;

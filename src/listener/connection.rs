@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::listener::ListenerSettings;
+use super::ListenerSettings;
 use crate::api::error::Problem;
 
 /// No header clock running.
