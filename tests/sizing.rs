@@ -111,10 +111,29 @@ async fn plan_measures_a_running_sluice_from_its_metrics_and_store() {
     );
 
     let report = plan::plan(&m, &PlanOptions::default()).expect("plan");
-    assert!(report.recommended_concurrency >= 1);
+    // Pinned to the arithmetic, not merely positive: the offered load is the completed rate
+    // (plus any backlog growth) times the mean service time; the pool is what Erlang C needs
+    // for the default 0.5 s mean wait on that load; a lane is Little's Law on the endpoint's
+    // offered rate and latency, under the fairness ceiling (a quarter of the pool).
+    let growth = m.backlog_growth_per_s.unwrap_or(0.0).max(0.0);
+    let load = (m.arrival_rate_per_s + growth) * mean;
+    assert!(
+        (report.offered_load_erlangs - load).abs() < 1e-9,
+        "{} vs {load}",
+        report.offered_load_erlangs
+    );
+    let pool = sluice::sizing::servers_for_mean_wait(load, mean, 0.5).expect("erlang c");
+    assert_eq!(report.recommended_concurrency, pool, "{report:?}");
     assert!(report.utilisation > 0.0 && report.utilisation < 1.0);
+    assert_eq!(report.lane_ceiling, (pool / 4).max(1));
     assert_eq!(report.lanes.len(), 1);
-    assert!(report.lanes[0].recommended_lane >= 1);
+    let lane = &report.lanes[0];
+    let little = (lane.offered_per_s * lane.latency_s).ceil() as u32;
+    assert_eq!(
+        lane.recommended_lane,
+        little.clamp(1, report.lane_ceiling),
+        "{lane:?}"
+    );
     let text = report.to_string();
     assert!(
         text.contains("recommendation") && text.contains(&endpoint),

@@ -211,20 +211,34 @@ mod tests {
         assert_eq!(e.failing, FailingChange::Unchanged);
     }
 
-    /// A 429 with Retry-After pauses the endpoint through the governor, capped at `max_pause`.
+    /// A 429 with Retry-After pauses the endpoint through the governor, capped at `max_pause`,
+    /// and through nothing else: the decision's own `pause` is not what sets it, the breaker
+    /// stays closed, and the rest of the state moves as for any failed attempt.
     #[test]
     fn retry_after_pauses_through_the_governor_only() {
+        use crate::admission::breaker::BreakerState;
         let (settings, now) = (DispatchSettings::default(), Instant::now());
         let mut s = state(now);
-        let throttled = decision(
+        let mut throttled = decision(
             true,
             Observation::Throttled {
                 retry_after: Some(Duration::from_secs(30)),
             },
             None,
         );
-        conclude(&mut s, &settings, &throttled, took(MS, 8), now, 0);
+        // A pause on the decision that disagrees with the governor's: it must not be used.
+        throttled.pause = Some(Duration::from_secs(600));
+        let effects = conclude(&mut s, &settings, &throttled, took(MS, 8), now, 0);
         assert_eq!(s.governor.paused_until, Some(now + Duration::from_secs(30)));
+        assert_eq!(
+            effects,
+            Effects {
+                transition: None,
+                failing: FailingChange::Began(0),
+            }
+        );
+        assert_eq!(s.breaker.state(), BreakerState::Closed);
+        assert!(s.enabled);
         let forever = decision(
             true,
             Observation::Throttled {
@@ -232,11 +246,13 @@ mod tests {
             },
             None,
         );
-        conclude(&mut s, &settings, &forever, took(MS, 8), now, 0);
+        let effects = conclude(&mut s, &settings, &forever, took(MS, 8), now, 0);
         assert_eq!(
             s.governor.paused_until,
             Some(now + settings.governor.max_pause)
         );
+        assert_eq!(effects.transition, None);
+        assert_eq!(s.breaker.state(), BreakerState::Closed);
     }
 
     /// Service time feeds the average claims are sized by: the first attempt sets it, later

@@ -98,7 +98,16 @@ mod tests {
             assert!(machine_busy_cpu_s().is_some());
             assert!(rss_mib().unwrap() > 0.0);
             assert!(peak_rss_mib().unwrap() >= rss_mib().unwrap() * 0.5);
-            assert!(Machine::read().cores >= 1);
+            // The scheduler's figure itself, not the fallback of one when it cannot be read,
+            // and never more than the machine has.
+            let cores = std::thread::available_parallelism().expect("parallelism");
+            assert_eq!(Machine::read().cores, cores.get());
+            let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("cpuinfo");
+            let processors = cpuinfo
+                .lines()
+                .filter(|l| l.starts_with("processor"))
+                .count();
+            assert!(cores.get() <= processors, "{cores} of {processors}");
         }
     }
 }
