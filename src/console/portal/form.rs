@@ -2,12 +2,13 @@
 //! `UpdateEndpoint`, so the checks that follow (egress guard, field ranges, the operator's
 //! timeout caps) are the API's, and its errors come back next to the field at fault.
 
+pub mod https;
+
 use std::collections::BTreeMap;
 
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::https;
 use crate::api::endpoints::{CreateEndpoint, UpdateEndpoint};
 use crate::api::error::Problem;
 use crate::console::page::csrf_field;
@@ -94,7 +95,7 @@ impl From<&Endpoint> for EndpointForm {
                 .join("\n"),
             ..Self::default()
         };
-        super::https::fill(&mut form, e);
+        https::fill(&mut form, e);
         form
     }
 }

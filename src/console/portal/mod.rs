@@ -5,16 +5,18 @@
 //!
 //! # Layout
 //! - [`endpoints`]: the list and the actions on an endpoint.
-//! - [`form`]: the endpoint form, parsed into the API's own request types.
+//! - [`form`]: the endpoint form, parsed into the API's own request types, with its HTTPS
+//!   section ([`form::https`]).
+//! - [`certificate`]: the page that rotates an endpoint's client certificate.
 //! - [`evidence`]: one endpoint's page: the evidence panel, charts over the last hour, events.
 //! - [`messages`]: the message log and its filters, dead letters, replay and resend.
 //! - [`message`]: one message: its payload, deliveries and attempts.
 //! - [`payload`]: a payload shown as stored, only re-indented.
 
+pub mod certificate;
 pub mod endpoints;
 pub mod evidence;
 pub mod form;
-pub mod https;
 pub mod message;
 pub mod messages;
 pub mod payload;
@@ -101,7 +103,7 @@ pub fn routes() -> Router<Console> {
         )
         .route(
             "/portal/endpoints/{id}/client-certificate",
-            get(https::rotate_form).post(https::rotate),
+            get(certificate::rotate_form).post(certificate::rotate),
         )
         .route(
             "/portal/endpoints/{id}/delete",

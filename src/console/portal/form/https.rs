@@ -1,11 +1,10 @@
 //! The endpoint form's "HTTPS and authentication" section: the endpoint's own CA bundle, the
-//! client certificate sluice presents and its key, and OAuth2 client credentials; and the page
-//! that rotates the client certificate with an overlap. The key and the client secret are
-//! write-only: never shown, and a blank field keeps what is stored.
+//! client certificate sluice presents and its key, and OAuth2 client credentials. The key and
+//! the client secret are write-only: never shown, and a blank field keeps what is stored.
 
 use maud::{Markup, html};
 
-use super::form::{EndpointForm, FieldError};
+use super::{EndpointForm, FieldError};
 use crate::api::endpoint_tls::OAuth2In;
 use crate::delivery::oauth2::ClientAuth;
 use crate::store::Endpoint;
@@ -86,7 +85,14 @@ pub fn optional(text: &str) -> Option<String> {
     blank(text)
 }
 
-fn area(name: &str, label: &str, hint: &str, value: &str, error: Option<&FieldError>) -> Markup {
+/// A text area of the section (also the certificate rotation page's).
+pub(crate) fn area(
+    name: &str,
+    label: &str,
+    hint: &str,
+    value: &str,
+    error: Option<&FieldError>,
+) -> Markup {
     let id = format!("f-{}", name.replace('.', "-"));
     let wrong = error.filter(|e| e.field == name);
     html! {
@@ -136,86 +142,6 @@ pub fn section(values: &EndpointForm, error: Option<&FieldError>) -> Markup {
                 "write-only: never shown; blank keeps the stored secret", "password", "", error))
             (line("oauth2.scope", "OAuth2 scope", "space-separated; optional", "text", &values.oauth2_scope, error))
             (line("oauth2.audience", "OAuth2 audience", "optional", "text", &values.oauth2_audience, error))
-        }
-    }
-}
-
-/// The rotation form: a new client certificate and its key (write-only).
-#[derive(Debug, Default, Clone, serde::Deserialize)]
-#[serde(default)]
-pub struct RotateForm {
-    /// The new certificate (PEM).
-    pub tls_client_certificate: String,
-    /// Its key (PEM).
-    pub tls_client_key: String,
-}
-
-fn rotate_page(
-    e: &Endpoint,
-    csrf: &str,
-    values: &RotateForm,
-    error: Option<&FieldError>,
-) -> Markup {
-    html! {
-        section.narrow {
-            h1 { "Rotate the client certificate" }
-            p.url { strong { (e.url) } }
-            p { "The new certificate is presented first. Until the overlap ends, when your receiver \
-                 refuses it the current one is presented instead, so you can trust the new one \
-                 whenever you are ready." }
-            form.endpoint method="post" action={"/console/portal/endpoints/" (e.id) "/client-certificate"} {
-                (crate::console::page::csrf_field(csrf))
-                (area("tls_client_certificate", "New client certificate (PEM)", "then any intermediates",
-                    &values.tls_client_certificate, error))
-                (area("tls_client_key", "Its key (PEM)", "write-only: never shown", "", error))
-                div.actions {
-                    button.primary type="submit" { "Rotate" }
-                    a.button href={"/console/portal/endpoints/" (e.id)} { "Cancel" }
-                }
-            }
-        }
-    }
-}
-
-/// `GET /console/portal/endpoints/{id}/client-certificate`
-pub async fn rotate_form(
-    axum::extract::State(console): axum::extract::State<crate::console::Console>,
-    portal: super::Portal,
-    axum::extract::Path(id): axum::extract::Path<String>,
-) -> Result<Markup, crate::console::page::ConsoleError> {
-    let e = super::endpoints::endpoint_of(&console, &portal, &id).await?;
-    let body = rotate_page(&e, &portal.csrf, &RotateForm::default(), None);
-    Ok(portal.page("Rotate the client certificate", body))
-}
-
-/// `POST /console/portal/endpoints/{id}/client-certificate`: the API's rotation; its problems
-/// come back next to the field.
-pub async fn rotate(
-    axum::extract::State(console): axum::extract::State<crate::console::Console>,
-    portal: super::Portal,
-    axum::extract::Path(id): axum::extract::Path<String>,
-    crate::console::guard::CsrfForm(values): crate::console::guard::CsrfForm<RotateForm>,
-) -> Result<axum::response::Response, crate::console::page::ConsoleError> {
-    use axum::response::IntoResponse;
-    let e = super::endpoints::endpoint_of(&console, &portal, &id).await?;
-    let rotated = crate::api::endpoint_tls::rotate_identity(
-        &console.app,
-        &portal.tenant.id,
-        &e.id,
-        values.tls_client_certificate.trim(),
-        values.tls_client_key.trim(),
-    )
-    .await;
-    match rotated {
-        Ok(e) => {
-            let to = format!("/console/portal/endpoints/{}", e.id);
-            Ok(axum::response::Redirect::to(&to).into_response())
-        }
-        Err(problem) => {
-            let error = FieldError::from(problem);
-            let body = rotate_page(&e, &portal.csrf, &values, Some(&error));
-            let page = portal.page("Rotate the client certificate", body);
-            Ok((axum::http::StatusCode::UNPROCESSABLE_ENTITY, page).into_response())
         }
     }
 }
