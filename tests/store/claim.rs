@@ -580,9 +580,24 @@ async fn claim_beside_a_held_row(url: &str, lock: &str, id: &str) {
     assert_eq!(got.len(), 1, "the claimed delivery comes back");
     tx.rollback().await.unwrap();
     // The row left due is found empty by a later claim and corrected then.
-    assert!(store.claim(&req(now + 1, 10, 10)).await.unwrap().claimed.is_empty());
+    assert!(
+        store
+            .claim(&req(now + 1, 10, 10))
+            .await
+            .unwrap()
+            .claimed
+            .is_empty()
+    );
     enqueue_n(&store, &t, "a", 1, now + 2).await;
-    assert_eq!(store.claim(&req(now + 3, 10, 10)).await.unwrap().claimed.len(), 1);
+    assert_eq!(
+        store
+            .claim(&req(now + 3, 10, 10))
+            .await
+            .unwrap()
+            .claimed
+            .len(),
+        1
+    );
 }
 
 /// The endpoint's row held by another transaction (in a mode a claim's own lock does not
