@@ -1,12 +1,13 @@
 //! The settler: gathers settlements from delivery tasks and writes them in batches.
 //!
-//! A batch the store cannot reach is retried with backoff until its leases would expire, then
-//! dropped: the reaper returns those deliveries (at-least-once, same `webhook-id`). A batch the
-//! store refuses for any other reason is split in halves until the settlement at fault stands
-//! alone; that one is written once more with its free text replaced by a note, and dropped if
-//! even that is refused. So one bad settlement never holds up the others, and because every
-//! write is all-or-nothing and fenced by lease tokens, splitting neither loses nor repeats an
-//! outcome.
+//! A batch the store cannot reach is retried with backoff until its leases would expire (the
+//! last wait shortened to end [`LEASE_MARGIN`] before they do, so a store back in time still
+//! gets the write), then dropped: the reaper returns those deliveries (at-least-once, same
+//! `webhook-id`). A batch the store refuses for any other reason is split in halves until the
+//! settlement at fault stands alone; that one is written once more with its free text replaced
+//! by a note, and dropped if even that is refused. So one bad settlement never holds up the
+//! others, and because every write is all-or-nothing and fenced by lease tokens, splitting
+//! neither loses nor repeats an outcome.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -29,6 +30,9 @@ const SETTLE_BATCH: usize = 512;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest wait between writes to an unreachable store.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The last write to an unreachable store is started this long before the settle's deadline:
+/// room for the write's round trip.
+const LEASE_MARGIN: Duration = Duration::from_millis(500);
 
 /// One settlement on its way to the store.
 #[derive(Debug)]
@@ -150,9 +154,11 @@ enum Part {
 }
 
 /// Write `batch` to `sink`, which must apply all of a part or nothing. The store being
-/// unavailable is retried with backoff until `deadline` (then the rest is dropped); any other
-/// refusal splits the part in halves down to the one settlement at fault, which is written once
-/// more as its [`stand_in`] and dropped if that is refused too.
+/// unavailable is retried with backoff until `deadline` (its leases' expiry): a wait that would
+/// pass `deadline` less [`LEASE_MARGIN`] is shortened to end there, for one last write, and only
+/// when no time is left is the rest dropped; any other refusal splits the part in halves down
+/// to the one settlement at fault, which is written once more as its [`stand_in`] and dropped
+/// if that is refused too.
 pub(crate) async fn write_batch(
     batch: &[Settlement],
     deadline: Instant,
@@ -182,7 +188,11 @@ pub(crate) async fn write_batch(
                 backoff = FIRST_BACKOFF;
             }
             (Err(StoreError::Unavailable(e)), part) => {
-                if Instant::now() + backoff >= deadline {
+                // The last write is due at `last`; a wait that would pass it is shortened to
+                // end there (an outage a little shorter than the leases is still ridden out).
+                let last = deadline.checked_sub(LEASE_MARGIN).unwrap_or(deadline);
+                let now = Instant::now();
+                if now >= last {
                     todo.push(part);
                     let left: Vec<i64> = todo.iter().flat_map(|p| ids_of(batch, p)).collect();
                     tracing::error!(error = %e, n = left.len(),
@@ -190,8 +200,9 @@ pub(crate) async fn write_batch(
                     written.dropped.extend(left);
                     break;
                 }
-                tracing::warn!(error = %e, n = items_len(&part), "settle failed; retrying");
-                tokio::time::sleep(backoff).await;
+                let wait = backoff.min(last - now);
+                tracing::warn!(error = %e, n = items_len(&part), "settle failed; retrying in {wait:?}");
+                tokio::time::sleep(wait).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 todo.push(part);
             }
@@ -264,6 +275,8 @@ mod tests {
         refuse: fn(&Settlement) -> bool,
         /// Writes (numbered from 1) that find the store unreachable.
         outage: Range<usize>,
+        /// Until when every write finds the store unreachable (a restart), if ever.
+        down_until: Option<Instant>,
         writes: usize,
     }
 
@@ -274,6 +287,7 @@ mod tests {
                 order: Vec::new(),
                 refuse,
                 outage: 0..0,
+                down_until: None,
                 writes: 0,
             }
         }
@@ -283,7 +297,9 @@ mod tests {
     impl Sink for Table {
         async fn settle(&mut self, part: &[Settlement]) -> StoreResult<Vec<i64>> {
             self.writes += 1;
-            if self.outage.contains(&self.writes) {
+            if self.outage.contains(&self.writes)
+                || self.down_until.is_some_and(|t| Instant::now() < t)
+            {
                 return Err(StoreError::Unavailable("connection refused".into()));
             }
             if part.iter().any(self.refuse) {
@@ -390,6 +406,23 @@ mod tests {
         assert!(written.applied.is_empty());
         assert_eq!(written.dropped, (0..10).collect::<Vec<_>>());
         assert!(Instant::now() < deadline);
+    }
+
+    /// Issue 23, item 2: the database refuses for 7.3 s and the leases end 10 s after the
+    /// first write. The backoff reaches 3.2 s (writes at 0, 0.1, 0.3, 0.7, 1.5, 3.1 and 6.3 s);
+    /// the next 5 s wait would pass the leases, so it is shortened to end 0.5 s before them and
+    /// the write at 9.5 s lands, instead of the batch going to the reaper and being sent again.
+    #[tokio::test(start_paused = true)]
+    async fn the_last_wait_is_shortened_to_write_before_the_leases_expire() {
+        let mut table = Table::new(|_| false);
+        let start = Instant::now();
+        table.down_until = Some(start + Duration::from_millis(7_300));
+        let deadline = start + Duration::from_secs(10);
+        let written = write_batch(&batch(10, None), deadline, &mut table).await;
+        assert!(written.dropped.is_empty(), "dropped {:?}", written.dropped);
+        assert_eq!(written.applied, (0..10).collect::<Vec<_>>());
+        assert_eq!(table.writes, 8);
+        assert!(Instant::now() <= deadline - LEASE_MARGIN);
     }
 
     #[tokio::test(start_paused = true)]

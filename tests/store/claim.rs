@@ -519,6 +519,117 @@ async fn postgres_claim_keeps_an_endpoint_a_writer_is_filling() {
     );
 }
 
+/// Issue 23: the deliveries a claim took are handed out only once its correction of the due
+/// tables (after the claim's commit) ends, so that correction must never wait for another
+/// transaction: waiting held the batch back until the other ended, and two corrections taking
+/// the same rows in different orders deadlocked until PostgreSQL's `deadlock_timeout` (1 s)
+/// broke the cycle, the fleet's one-second tail. Here another transaction holds, by hand, the
+/// row the correction must change; the claim must come back with its delivery while it still
+/// does, and its connection must never be seen waiting for a lock.
+async fn claim_beside_a_held_row(url: &str, lock: &str, id: &str) {
+    let (mut other, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let (watcher, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let store: SharedStore = Arc::new(
+        sluice::store::postgres::PostgresStore::connect(url)
+            .await
+            .unwrap(),
+    );
+    let t = tenant(&store).await;
+    let e = endpoint(&store, &t, &[]).await;
+    let now = now_ms();
+    enqueue_n(&store, &t, "a", 1, now).await;
+    let held = match id {
+        "endpoint" => e.id.clone(),
+        _ => t.id.clone(),
+    };
+    let tx = other.transaction().await.unwrap();
+    assert_eq!(tx.execute(lock, &[&held]).await.unwrap(), 1, "{lock}");
+
+    // The claim takes the endpoint's only delivery, so its correction moves the endpoint's row
+    // and its tenant's: exactly the row held.
+    let claim = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim(&req(now, 10, 10)).await })
+    };
+    while !claim.is_finished() {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            tx.rollback().await.unwrap();
+            panic!(
+                "the claim's correction waits for another transaction's lock on the {id}'s due \
+                 row: its deliveries are held back until that transaction ends"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let got = claim.await.unwrap().unwrap().claimed;
+    assert_eq!(got.len(), 1, "the claimed delivery comes back");
+    tx.rollback().await.unwrap();
+    // The row left due is found empty by a later claim and corrected then.
+    assert!(
+        store
+            .claim(&req(now + 1, 10, 10))
+            .await
+            .unwrap()
+            .claimed
+            .is_empty()
+    );
+    enqueue_n(&store, &t, "a", 1, now + 2).await;
+    assert_eq!(
+        store
+            .claim(&req(now + 3, 10, 10))
+            .await
+            .unwrap()
+            .claimed
+            .len(),
+        1
+    );
+}
+
+/// The endpoint's row held by another transaction (in a mode a claim's own lock does not
+/// conflict with, so only the correction meets it, as when another correction or a writer
+/// takes the row between a claim's commit and its correction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claim_correction_never_waits_for_an_endpoint_row() {
+    let Some(url) = support::fresh_postgres().await else {
+        return;
+    };
+    claim_beside_a_held_row(
+        &url,
+        "SELECT 1 FROM due_endpoints WHERE endpoint_id = $1 FOR KEY SHARE",
+        "endpoint",
+    )
+    .await;
+}
+
+/// The tenant's row held as another dispatcher's charge or correction holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claim_correction_never_waits_for_a_tenant_row() {
+    let Some(url) = support::fresh_postgres().await else {
+        return;
+    };
+    claim_beside_a_held_row(
+        &url,
+        "SELECT 1 FROM due_tenants WHERE tenant_id = $1 FOR NO KEY UPDATE",
+        "tenant",
+    )
+    .await;
+}
+
 /// An endpoint whose due work a claim took all of loses its due row (moved after the claim
 /// committed, in a transaction of its own on PostgreSQL) and is found again once new work
 /// arrives, round after round; deleting an endpoint takes its due row with it (no foreign key

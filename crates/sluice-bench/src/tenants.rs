@@ -153,6 +153,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     report.param("dispatchers", args.dispatchers.unwrap_or(0));
     figures(
         &mut report,
+        sizes,
         &alone,
         &beside,
         &busy_alone,
@@ -218,6 +219,7 @@ fn describe(args: &BenchArgs) -> String {
 
 fn figures(
     report: &mut Report,
+    sizes: Sizes,
     alone: &Outcome,
     beside: &Outcome,
     busy_alone: &Outcome,
@@ -344,11 +346,13 @@ fn figures(
         trickle.timeline.delivered_total(TRICKLE) >= trickle.trickle_expected,
         "every trickle delivery is made".to_owned(),
     );
-    report.note(
+    report.note(format!(
         "Shares are of the pool's time: each claim serves the tenants with the lowest virtual \
          pass (worker-seconds given ÷ weight) and charges what it took. The busy tenant's rate \
-         alone is what the machine gives 2,000 endpoints answering in 200 ms.",
-    );
+         alone is what the machine gives {} endpoints answering in {} ms.",
+        sizes.busy_endpoints,
+        sizes.busy_service.as_millis()
+    ));
 }
 
 /// The sluice of one phase.

@@ -1,7 +1,8 @@
 //! The PostgreSQL driver's claim: fair across tenants first ([`crate::fairness`], the same order
 //! as the embedded driver's), then round robin over each tenant's due endpoints, in one
 //! statement committed on its own; the due tables are corrected after it, in a transaction of
-//! their own that never waits for a writer.
+//! their own that never waits for another transaction (a writer, another dispatcher's claim or
+//! correction): the claim's deliveries are handed out only once the correction ends.
 
 use std::collections::BTreeSet;
 
@@ -157,14 +158,26 @@ const LOCK_TENANTS: &str = "SELECT id, pg_try_advisory_xact_lock(1398, hashtext(
 /// endpoints of buckets taken) move to their next work (no earlier than now: behind the others)
 /// or go; `$2` (the others) stay due, behind the rest (round robin), for a later claim to look
 /// at again.
-const MOVE_DUE: &str = "WITH n AS ( \
-        SELECT v.id, (SELECT min(d.visible_at_ms) FROM deliveries d \
-            WHERE d.endpoint_id = v.id AND d.state = 0) AS next \
-        FROM unnest($1::text[]) AS v(id) \
+///
+/// Only rows it can lock at once are touched (`l`, SKIP LOCKED): a row another transaction holds
+/// (another dispatcher's correction, a writer lowering it) stays as it is, due, which is always
+/// safe. Waiting for it would hold this claim's deliveries back until that transaction ends,
+/// and two corrections that each held a row the other wanted, taken in different orders,
+/// deadlocked: PostgreSQL broke the cycle only after `deadlock_timeout` (1 s by default), which
+/// was the fleet's one-second tail (issue 23).
+const MOVE_DUE: &str = "WITH l AS ( \
+        SELECT q.endpoint_id AS id FROM due_endpoints q \
+        WHERE q.endpoint_id = ANY($1::text[] || $2::text[]) \
+        ORDER BY q.endpoint_id FOR UPDATE SKIP LOCKED \
+    ), n AS ( \
+        SELECT l.id, (SELECT min(d.visible_at_ms) FROM deliveries d \
+            WHERE d.endpoint_id = l.id AND d.state = 0) AS next \
+        FROM l WHERE l.id = ANY($1) \
     ), gone AS ( \
         DELETE FROM due_endpoints q USING n WHERE q.endpoint_id = n.id AND n.next IS NULL \
     ), kept AS ( \
-        UPDATE due_endpoints SET due_ms = GREATEST(due_ms, $3) WHERE endpoint_id = ANY($2) \
+        UPDATE due_endpoints q SET due_ms = GREATEST(q.due_ms, $3) FROM l \
+        WHERE q.endpoint_id = l.id AND l.id = ANY($2) \
     ) \
     UPDATE due_endpoints q SET due_ms = GREATEST(n.next, $3) FROM n \
     WHERE q.endpoint_id = n.id AND n.next IS NOT NULL";
@@ -172,14 +185,15 @@ const MOVE_DUE: &str = "WITH n AS ( \
 /// Runs after [`MOVE_DUE`], for the tenants of buckets taken: a tenant with no endpoint due now
 /// moves to its next work, or to never (the largest `bigint`: the row stays, with its cost,
 /// until new work lowers it), and loses its pass (it starts at the floor when it returns).
-/// Rows are locked in tenant order, as the charges lock them.
+/// Rows are locked in tenant order, as the charges lock them, and a row another transaction
+/// holds (a charge, a writer) is left due rather than waited for, as in [`MOVE_DUE`].
 const CORRECT_TENANTS: &str = "WITH n AS ( \
         SELECT v.id, COALESCE((SELECT min(q.due_ms) FROM due_endpoints q WHERE q.tenant_id = v.id), \
             9223372036854775807) AS next \
         FROM unnest($1::text[]) AS v(id) \
     ), l AS ( \
         SELECT q.tenant_id FROM due_tenants q JOIN n ON n.id = q.tenant_id \
-        WHERE n.next > $2 ORDER BY q.tenant_id FOR NO KEY UPDATE OF q \
+        WHERE n.next > $2 ORDER BY q.tenant_id FOR NO KEY UPDATE OF q SKIP LOCKED \
     ) \
     UPDATE due_tenants q SET due_ms = n.next, pass = NULL FROM n \
     WHERE q.tenant_id = n.id AND n.next > $2 AND q.tenant_id IN (SELECT tenant_id FROM l)";
@@ -294,6 +308,9 @@ pub(super) async fn claim(
 /// Move the rows of `endpoints` to their next work, or drop them, and correct the rows of
 /// `tenants`, where no writer is adding work for them (see [`LOCK_TO_MOVE`]); the others stay
 /// due.
+///
+/// It never waits: buckets are tried, rows another transaction holds are skipped (they stay
+/// due), so the batch the claim took is handed out at once, whoever else is correcting.
 ///
 /// A transaction of its own that does not wait for its WAL to reach disk
 /// (`synchronous_commit = off`): the due tables are hints that may say "due" too early, never too
