@@ -13,5 +13,6 @@ pub mod fleet;
 mod gate;
 pub mod governor;
 pub mod lane;
+pub mod rate;
 
 pub use gate::{Admitted, Candidate, FleetCount, Gate, Held, admit};
