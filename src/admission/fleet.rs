@@ -36,6 +36,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisError, Script};
 
+use super::rate::RateLimit;
 use crate::setting::{Problems, SettingProblem, joined, shown};
 
 /// How often a degraded dispatcher probes Redis for its return (when the heartbeat is longer).
@@ -157,6 +158,26 @@ pub enum FleetAcquire {
     Unavailable,
 }
 
+/// Outcome of one [`FleetLanes::try_rate`]: the fleet-wide bucket's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FleetRate {
+    /// A turn was taken; the bucket's TAT now runs `ahead` of now.
+    Taken {
+        /// How far the fleet's TAT runs ahead of now.
+        ahead: Duration,
+    },
+    /// No turn before `wait` has passed; the bucket's TAT runs `ahead` of now.
+    Held {
+        /// How long until the next turn is free.
+        wait: Duration,
+        /// How far the fleet's TAT runs ahead of now.
+        ahead: Duration,
+    },
+    /// Redis cannot answer: fall back to this process's share
+    /// ([`crate::admission::rate::RateLimit::share`]).
+    Unavailable,
+}
+
 /// Handle to fleet lanes; cheap to clone, one per dispatcher process.
 #[derive(Clone)]
 pub struct FleetLanes {
@@ -169,8 +190,11 @@ struct Inner {
     dispatchers_key: String,
     acquire: Script,
     heartbeat: Script,
+    rate: Script,
     next_holder: AtomicU64,
     live_dispatchers: AtomicU32,
+    /// This process's place among the live dispatchers, by process id (last heartbeat).
+    rank: AtomicU32,
     degraded: AtomicBool,
     /// When Redis last answered again after an outage; until one live-entry ttl has passed the
     /// live count may only grow (see [`Inner::beat`]).
@@ -209,8 +233,10 @@ impl FleetLanes {
             settings,
             acquire: Script::new(scripts::ACQUIRE),
             heartbeat: Script::new(scripts::HEARTBEAT),
+            rate: Script::new(scripts::RATE),
             next_holder: AtomicU64::new(0),
             live_dispatchers: AtomicU32::new(1),
+            rank: AtomicU32::new(0),
             degraded: AtomicBool::new(false),
             recovered_at: std::sync::Mutex::new(None),
         });
@@ -247,6 +273,33 @@ impl FleetLanes {
         }
     }
 
+    /// Try once to take a turn of `endpoint_id`'s fleet-wide rate limit (one GCRA step in
+    /// Redis, on Redis's clock); never waits beyond `redis_timeout`.
+    pub async fn try_rate(&self, endpoint_id: &str, limit: &RateLimit) -> FleetRate {
+        let inner = &self.inner;
+        if inner.degraded.load(Ordering::Relaxed) {
+            return FleetRate::Unavailable;
+        }
+        let key = scripts::rate_key(&inner.settings.key_prefix, endpoint_id);
+        let interval = u64::try_from(limit.interval().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut conn = inner.conn.clone();
+        let mut call = inner.rate.key(&key);
+        call.arg(interval).arg(limit.burst());
+        let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+        match inner.bounded(call.invoke_async::<(i64, i64, i64)>(&mut conn)).await {
+            Ok((1, _, ahead)) => FleetRate::Taken {
+                ahead: micros(ahead),
+            },
+            Ok((_, wait, ahead)) => FleetRate::Held {
+                wait: micros(wait),
+                ahead: micros(ahead),
+            },
+            Err(_) => FleetRate::Unavailable,
+        }
+    }
+
     /// Give a slot back. Never fails: if Redis cannot take it, the slot expires after its ttl.
     ///
     /// While degraded the release runs in the background so the caller never waits on a dead
@@ -276,6 +329,12 @@ impl FleetLanes {
     /// the allowance whenever the allowance is at least the number of dispatchers.
     pub fn local_share(&self, allowance: u32) -> u32 {
         (allowance / self.live_dispatchers()).max(1)
+    }
+
+    /// This process's place among the live dispatchers (0-based, by process id), as the last
+    /// heartbeat saw it: which outage share of a rate limit is its own.
+    pub fn rank(&self) -> u32 {
+        self.inner.rank.load(Ordering::Relaxed)
     }
 
     /// Is Redis unreachable, so lanes fall back to [`FleetLanes::local_share`]?
@@ -332,8 +391,10 @@ impl Inner {
         let mut call = self.heartbeat.key(&self.dispatchers_key);
         call.arg(&self.settings.process_id)
             .arg(duration_ms(entry_ttl));
-        if let Ok(live) = self.bounded(call.invoke_async::<i64>(&mut conn)).await {
+        if let Ok((live, rank)) = self.bounded(call.invoke_async::<(i64, i64)>(&mut conn)).await {
             let live = u32::try_from(live).unwrap_or(u32::MAX).max(1);
+            self.rank
+                .store(u32::try_from(rank).unwrap_or(0), Ordering::Relaxed);
             let mut recovered = self.recovered_at.lock().unwrap_or_else(|p| p.into_inner());
             match *recovered {
                 Some(at) if at.elapsed() < entry_ttl => {

@@ -1,5 +1,6 @@
-//! One admission, in order: enabled → paused → breaker → lane → fleet → global permit; and the
-//! guard that gives back everything it took when the attempt ends, as a limit's permit does.
+//! One admission, in order: enabled → paused → breaker → rate → lane → fleet → global permit;
+//! and the guard that gives back everything it took when the attempt ends, as a limit's permit
+//! does.
 //!
 //! Nothing here is an attempt: a delivery turned away is [`Held`], and the caller requeues it
 //! (a shed or a hold never uses a retry, never feeds the error breaker).
@@ -13,10 +14,16 @@ use tokio::time::Instant;
 
 use super::fleet::mode::{FleetMode, FleetTransitions};
 use super::fleet::{FleetAcquire, FleetLanes, FleetSlot};
+use super::fleet::FleetRate;
 use super::lane::{Lane, LaneSlot};
+use super::rate::Turns;
 
 /// How often a delivery waiting for a fleet-wide slot asks again.
 const FLEET_RETRY: Duration = Duration::from_millis(20);
+
+/// While Redis is away, how long a process without a share of a rate limit holds a delivery
+/// before asking again (its share may have come back with Redis).
+const NO_SHARE_RETRY: Duration = Duration::from_secs(1);
 
 /// Why a claimed delivery is not attempted now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +38,11 @@ pub enum Held {
     /// The breaker is open until then.
     BreakerOpen {
         /// When it lets a probe through.
+        until: Instant,
+    },
+    /// The endpoint's rate limit has no turn before then.
+    RateLimited {
+        /// The exact instant its next turn is free.
         until: Instant,
     },
     /// No lane slot (this process's, or the fleet's) within the acquisition deadline.
@@ -57,6 +69,10 @@ pub trait Candidate: Send + Sync {
     fn id(&self) -> &str;
     /// A delivery to it was shed: count it, and give back the breaker probe it carried.
     fn shed(&self, probe: bool);
+    /// Run `f` on its rate limit's buckets in this process; `None` when it has no rate limit.
+    fn turns<R>(&self, f: impl FnOnce(&mut Turns) -> R) -> Option<R>;
+    /// A delivery to it was held by its rate limit: count it, and give back the breaker probe.
+    fn rate_held(&self, probe: bool);
 }
 
 /// This process's fleet-wide admissions to one endpoint: how many it has in flight, and how
@@ -155,6 +171,10 @@ pub async fn admit<'a, C: Candidate>(
     passed_lane: impl FnOnce(),
 ) -> Result<Admitted<'a>, Held> {
     let probe = endpoint.check(Instant::now())?;
+    if let Err(until) = take_turn(gate, endpoint).await {
+        endpoint.rate_held(probe);
+        return Err(Held::RateLimited { until });
+    }
     let acquired = endpoint
         .lane()
         .acquire(|| endpoint.limit(), gate.lane_deadline)
@@ -190,6 +210,40 @@ pub async fn admit<'a, C: Candidate>(
         _lane: lane,
         _fleet: fleet,
     })
+}
+
+/// Take a turn of the endpoint's rate limit: in Redis with fleet lanes (the local bucket then
+/// follows the fleet's, for the claim's cap), this process's share of it while Redis is away,
+/// the local bucket without Redis. `Err(until)`: the exact instant of its next turn.
+///
+/// A turn taken is spent even when the lane or the fleet then sheds the delivery: the limit
+/// errs towards fewer deliveries, never more.
+async fn take_turn<C: Candidate>(gate: &Gate<'_>, endpoint: &C) -> Result<(), Instant> {
+    let Some(limit) = endpoint.turns(|t| t.limit()) else {
+        return Ok(());
+    };
+    let Some(lanes) = gate.fleet else {
+        return endpoint.turns(|t| t.take(Instant::now())).unwrap_or(Ok(()));
+    };
+    match lanes.try_rate(endpoint.id(), &limit).await {
+        FleetRate::Taken { ahead } => {
+            endpoint.turns(|t| t.follow(Instant::now(), ahead));
+            Ok(())
+        }
+        FleetRate::Held { wait, ahead } => {
+            // Redis measured `wait` before the answer travelled back: from now it is late by
+            // that trip, never early.
+            let now = Instant::now();
+            endpoint.turns(|t| t.follow(now, ahead));
+            Err(now + wait)
+        }
+        FleetRate::Unavailable => {
+            let share = limit.share(lanes.live_dispatchers(), lanes.rank());
+            endpoint
+                .turns(|t| t.take_share(share, Instant::now(), NO_SHARE_RETRY))
+                .unwrap_or(Ok(()))
+        }
+    }
 }
 
 /// Take a fleet-wide slot within the lane deadline: `Some(Some(slot))` held in Redis,

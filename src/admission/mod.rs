@@ -1,8 +1,9 @@
 //! Admission control: what decides whether a claimed delivery is attempted now, held, or shed.
 //!
-//! [`admit`] is the one door, in order: enabled → paused → breaker → lane → fleet → global
-//! permit; what it takes comes back when its [`Admitted`] guard drops. Its parts:
+//! [`admit`] is the one door, in order: enabled → paused → breaker → rate → lane → fleet →
+//! global permit; what it takes comes back when its [`Admitted`] guard drops. Its parts:
 //!
+//! - [`rate`]: rate limit per endpoint (GCRA), fleet-wide in Redis with [`fleet`];
 //! - [`lane`]: per-endpoint bulkhead with an acquisition deadline (shed when it passes);
 //! - [`governor`]: AIMD concurrency limit per endpoint and Retry-After pauses;
 //! - [`breaker`]: latency breaker (p95 over a window vs the endpoint's ceiling) and error breaker;

@@ -32,16 +32,30 @@ pub struct InvalidRate {
     pub expected: String,
 }
 
-/// A rate limit: at most `per_second` events per second on average, `burst` at once.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+/// A rate limit: at most `per_second` events per second on average, `burst` at once. Only
+/// [`RateLimit::try_new`] makes one, so both values are always in range (never NaN).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct RateLimit {
     /// Events per second, [`MIN_PER_SECOND`]–[`MAX_PER_SECOND`].
-    pub per_second: f64,
+    per_second: f64,
     /// Events that may go at once after a quiet spell, 1–[`MAX_BURST`].
-    pub burst: u32,
+    burst: u32,
 }
 
+// `per_second` is never NaN (see `try_new`), so equality is reflexive.
+impl Eq for RateLimit {}
+
 impl RateLimit {
+    /// Events per second.
+    pub fn per_second(&self) -> f64 {
+        self.per_second
+    }
+
+    /// Events at once after a quiet spell.
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+
     /// A limit, refused when either value is out of its range (the rate first).
     pub fn try_new(per_second: f64, burst: u32) -> Result<Self, InvalidRate> {
         if !(MIN_PER_SECOND..=MAX_PER_SECOND).contains(&per_second) {
@@ -59,9 +73,10 @@ impl RateLimit {
         Ok(Self { per_second, burst })
     }
 
-    /// The emission interval: time between turns at the steady rate.
+    /// The emission interval: time between turns at the steady rate, in whole microseconds (the
+    /// fleet-wide bucket in Redis counts in them, so both buckets step alike).
     pub fn interval(&self) -> Duration {
-        Duration::from_secs_f64(1.0 / self.per_second)
+        Duration::from_micros(((1e6 / self.per_second).round() as u64).max(1))
     }
 
     /// How far ahead of now the TAT may run and still give a turn: `(burst − 1) × interval`.
@@ -139,13 +154,79 @@ impl Bucket {
             return 0;
         }
         let intervals = (reach - tat).as_nanos() / self.limit.interval().as_nanos().max(1);
-        u32::try_from(intervals).unwrap_or(u32::MAX - 1) + 1
+        u32::try_from(intervals).unwrap_or(u32::MAX).saturating_add(1)
     }
 
     /// Set the TAT to `ahead` past `now`: what the fleet-wide bucket in Redis said it is, so
     /// the claim's cap follows the fleet's bucket, not this process's alone.
     pub fn follow(&mut self, now: Instant, ahead: Duration) {
         self.tat = now + ahead;
+    }
+}
+
+/// One endpoint's buckets in one process: the whole limit's (enforced here without Redis, a
+/// copy of the fleet's bucket with it) and this process's outage share's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turns {
+    whole: Bucket,
+    /// Set during a Redis outage: this process's share's bucket, or `None` when it has no share.
+    share: Option<Option<Bucket>>,
+}
+
+impl Turns {
+    /// Full buckets for `limit` from `now`.
+    pub fn new(limit: RateLimit, now: Instant) -> Self {
+        Self {
+            whole: Bucket::new(limit, now),
+            share: None,
+        }
+    }
+
+    /// The limit, as configured.
+    pub fn limit(&self) -> RateLimit {
+        self.whole.limit()
+    }
+
+    /// Take a turn of the whole limit (no Redis).
+    pub fn take(&mut self, now: Instant) -> Result<(), Instant> {
+        self.whole.try_take(now)
+    }
+
+    /// Take a turn of this process's outage `share` (`None`: it has none, and holds everything
+    /// until `now + retry`). A bucket kept from an earlier share is kept while the share stays
+    /// the same, and starts full when it changes.
+    pub fn take_share(
+        &mut self,
+        share: Option<RateLimit>,
+        now: Instant,
+        retry: Duration,
+    ) -> Result<(), Instant> {
+        let Some(share) = share else {
+            self.share = Some(None);
+            return Err(now + retry);
+        };
+        let bucket = match &mut self.share {
+            Some(Some(b)) if b.limit() == share => b,
+            slot => slot.insert(None).insert(Bucket::new(share, now)),
+        };
+        bucket.try_take(now)
+    }
+
+    /// The fleet's bucket runs `ahead` of `now` (Redis said so): the whole bucket follows it,
+    /// and the outage share starts afresh at the next outage.
+    pub fn follow(&mut self, now: Instant, ahead: Duration) {
+        self.whole.follow(now, ahead);
+        self.share = None;
+    }
+
+    /// Turns this process expects from `now` to `now + horizon`: its outage share's when it
+    /// has one running, else the whole bucket's ([`Bucket::turns_within`]).
+    pub fn turns_within(&self, now: Instant, horizon: Duration) -> u32 {
+        match &self.share {
+            Some(Some(share)) => share.turns_within(now, horizon),
+            Some(None) => 0,
+            None => self.whole.turns_within(now, horizon),
+        }
     }
 }
 

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use axum::http::{HeaderName, HeaderValue};
 
 use super::AppState;
+use super::endpoints::RateLimitIn;
 use super::error::Problem;
+use crate::admission::rate::RateLimit;
 
 /// Most headers an endpoint may add.
 pub(crate) const MAX_HEADERS: usize = 32;
@@ -184,4 +186,22 @@ pub(crate) fn check_limits(
         }
     }
     Ok(())
+}
+
+/// A rate limit within its ranges; a problem names `rate_limit.per_second` or
+/// `rate_limit.burst`. A burst left out is one second's worth of the rate.
+pub(crate) fn check_rate_limit(given: RateLimitIn) -> Result<RateLimit, Problem> {
+    let burst = given.burst.unwrap_or_else(|| {
+        // Rounded up, at least one; a rate out of range is refused below, on its own field.
+        let second = given.per_second.ceil();
+        if second.is_finite() && second >= 1.0 {
+            second.min(f64::from(crate::admission::rate::MAX_BURST)) as u32
+        } else {
+            1
+        }
+    });
+    RateLimit::try_new(given.per_second, burst).map_err(|e| {
+        let field = format!("rate_limit.{}", e.field);
+        Problem::unprocessable(&field, format!("{field} must be {}", e.expected))
+    })
 }

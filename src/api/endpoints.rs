@@ -9,7 +9,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoint_checks::{check_destination, check_headers, check_limits};
+use super::endpoint_checks::{check_destination, check_headers, check_limits, check_rate_limit};
 use super::endpoint_tls::{OAuth2In, check_ca_bundle, check_oauth2, identity_of};
 use super::error::{ApiResult, Problem};
 use super::event_types::check_event_types;
@@ -19,6 +19,18 @@ use super::{AppState, Body};
 use crate::ids;
 use crate::signing::{Scheme, SigningKey};
 use crate::store::Endpoint;
+
+/// An endpoint's rate limit as given: events per second, with a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitIn {
+    /// Events per second on average, fleet-wide: 0.01–100000 (fractions allowed: 0.5 is one
+    /// every two seconds).
+    pub per_second: f64,
+    /// Events that may go at once after a quiet spell: 1–100000. Omitted: one second's worth
+    /// (`per_second` rounded up).
+    pub burst: Option<u32>,
+}
 
 /// `POST /v1/endpoints`
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -60,6 +72,9 @@ pub struct CreateEndpoint {
     pub tls_client_key: Option<String>,
     /// OAuth2 client credentials: a bearer token goes with every attempt.
     pub oauth2: Option<OAuth2In>,
+    /// At most this many events per second (with a burst), across every dispatcher; deliveries
+    /// beyond it wait for their turn without using an attempt. Omitted or `null`: no limit.
+    pub rate_limit: Option<RateLimitIn>,
 }
 
 /// `PATCH /v1/endpoints/{id}`: every field optional; `null` clears an override.
@@ -115,6 +130,10 @@ pub struct UpdateEndpoint {
     #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<OAuth2In>)]
     pub oauth2: Option<Option<OAuth2In>>,
+    /// Rate limit (`null` removes it).
+    #[serde(default, with = "super::body::double_option")]
+    #[schema(value_type = Option<RateLimitIn>)]
+    pub rate_limit: Option<Option<RateLimitIn>>,
 }
 
 /// A new endpoint row for `tenant`, enabled, with a fresh key of `scheme`.
@@ -168,6 +187,7 @@ pub(crate) async fn create_endpoint(
         ],
     )?;
     check_text("description", &req.description, 1000)?;
+    let rate_limit = req.rate_limit.map(check_rate_limit).transpose()?;
     let headers = check_headers(&req.headers)?;
     if let Some(pem) = &req.tls_ca_bundle {
         check_ca_bundle(pem)?;
@@ -195,6 +215,7 @@ pub(crate) async fn create_endpoint(
     endpoint.connect_timeout_ms = req.connect_timeout_ms;
     endpoint.read_timeout_ms = req.read_timeout_ms;
     endpoint.total_timeout_ms = req.total_timeout_ms;
+    endpoint.rate_limit = rate_limit;
     endpoint.tls.ca_bundle = req.tls_ca_bundle;
     endpoint.tls.client = identity.flatten();
     endpoint.oauth2 = oauth2;
@@ -287,6 +308,11 @@ pub(crate) async fn update_endpoint(
         check_text("description", d, 1000)?;
     }
     let headers = req.headers.as_ref().map(check_headers).transpose()?;
+    let rate_limit = match req.rate_limit {
+        Some(Some(r)) => Some(Some(check_rate_limit(r)?)),
+        Some(None) => Some(None),
+        None => None,
+    };
     if let Some(Some(pem)) = &req.tls_ca_bundle {
         check_ca_bundle(pem)?;
     }
@@ -326,6 +352,9 @@ pub(crate) async fn update_endpoint(
     }
     if let Some(oauth2) = oauth2 {
         e.oauth2 = oauth2;
+    }
+    if let Some(rate_limit) = rate_limit {
+        e.rate_limit = rate_limit;
     }
     set!(
         event_types,

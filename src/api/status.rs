@@ -84,10 +84,12 @@ pub struct EndpointStatus {
     pub failed_per_s: f64,
     /// Deliveries shed at the full lane, per second.
     pub shed_per_s: f64,
+    /// Deliveries held by the endpoint's rate limit (requeued at their turns), per second.
+    pub rate_limited_per_s: f64,
     /// Shed ÷ offered, 0 to 1.
     pub shed_share: f64,
     /// What the lane sustains at the deliveries' p95: effective lane ÷ delivered p95, per
-    /// second (null without a delivery in the window).
+    /// second, never above the rate limit (null without a delivery in the window).
     pub sustainable_per_s: Option<f64>,
     /// The figures in one sentence; when the account's deliveries are being held to its share
     /// of the pool, it says so (see `account_share`).
@@ -124,9 +126,15 @@ pub(crate) async fn endpoint_status(
     let endpoint = state.store.endpoint(Some(tenant), id).await?;
     let policy = state.store.tenant(tenant).await?.share;
     let share = super::tenant_status::share_status(state, tenant, policy).await?;
+    // Counted only where a rate limit may be holding deliveries back: the sentence says how many
+    // wait. A store that does not answer leaves the count out, not the evidence.
+    let waiting = match endpoint.rate_limit {
+        Some(_) => state.store.endpoint_waiting(&endpoint.id).await.ok(),
+        None => None,
+    };
     let mut out = match &state.dispatcher {
-        Some(ctx) => live(state, ctx, endpoint, share),
-        None => from_store(state, endpoint, share).await?,
+        Some(ctx) => live(state, ctx, endpoint, share, waiting),
+        None => from_store(state, endpoint, share, waiting).await?,
     };
     if out.account_share.condition == super::tenant_status::ShareCondition::Held {
         out.sentence = format!(
@@ -142,6 +150,7 @@ fn live(
     ctx: &crate::dispatcher::Ctx,
     e: Endpoint,
     share: ShareStatus,
+    waiting: Option<u64>,
 ) -> EndpointStatus {
     let view = ctx.view(Look::Endpoint(&e.id));
     // The lane as stored now, not as the dispatcher last loaded it: a change shows at once.
@@ -157,6 +166,7 @@ fn live(
             lane,
             None,
             share,
+            waiting,
         );
     };
     let snapshot = live.window.clone().unwrap_or_else(empty);
@@ -178,6 +188,7 @@ fn live(
         effective,
         Some(&live),
         share,
+        waiting,
     );
     out.lane_basis = basis;
     out.in_flight = Some(live.lane_in_use);
@@ -196,6 +207,7 @@ async fn from_store(
     state: &AppState,
     e: Endpoint,
     share: ShareStatus,
+    waiting: Option<u64>,
 ) -> ApiResult<EndpointStatus> {
     let now = crate::clock::now_ms();
     let since = now - DEFAULT_WINDOW.as_millis() as i64;
@@ -223,6 +235,7 @@ async fn from_store(
         lane,
         None,
         share,
+        waiting,
     ))
 }
 
@@ -243,11 +256,14 @@ fn build(
     effective: u32,
     live: Option<&EndpointView>,
     account_share: ShareStatus,
+    waiting: Option<u64>,
 ) -> EndpointStatus {
     let standing = Standing {
         disabled: (!e.enabled).then(|| e.disabled_reason.as_deref().unwrap_or("disabled")),
         breaker_open: live.is_some_and(|l| l.breaker_holding),
         paused: live.is_some_and(|l| l.paused),
+        rate_limit: e.rate_limit,
+        waiting,
     };
     let ev = evidence(s, effective, standing);
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
@@ -281,6 +297,7 @@ fn build(
         delivered_per_s: s.delivered_per_s,
         failed_per_s: s.failed_per_s,
         shed_per_s: s.shed_per_s,
+        rate_limited_per_s: s.rate_limited_per_s,
         shed_share: s.shed_share,
         sustainable_per_s: ev.sustainable_per_s,
         sentence: ev.sentence,
@@ -342,6 +359,7 @@ pub(crate) fn snapshot_of(attempts: &[AttemptView], span: Duration) -> WindowSna
         failed_per_s: per_s(n - ok),
         shed_per_s: 0.0,
         held_per_s: 0.0,
+        rate_limited_per_s: 0.0,
         shed_share: 0.0,
         failure_ratio: if n == 0 {
             0.0

@@ -139,6 +139,8 @@ pub struct EndpointOut {
     pub previous_tls_client_certificate_until: Option<Timestamp>,
     /// OAuth2 client credentials (the client secret is never shown).
     pub oauth2: Option<OAuth2Out>,
+    /// Its rate limit, fleet-wide (null: none).
+    pub rate_limit: Option<RateLimitOut>,
     /// When it was created.
     pub created_at: Timestamp,
     /// Last change.
@@ -147,6 +149,15 @@ pub struct EndpointOut {
     /// `whsk_…` secret key for `v1a` (sluice signs with it; receivers need only the public key).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
+}
+
+/// An endpoint's rate limit as shown.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct RateLimitOut {
+    /// Events per second on average, fleet-wide.
+    pub per_second: f64,
+    /// Events that may go at once after a quiet spell.
+    pub burst: u32,
 }
 
 /// OAuth2 client credentials as shown: everything but the client secret.
@@ -205,6 +216,10 @@ impl EndpointOut {
         let (tls_ca_bundle, tls_client_certificate, previous_identity_until) = tls_shown(&e.tls);
         Self {
             oauth2: e.oauth2.as_ref().map(Into::into),
+            rate_limit: e.rate_limit.map(|l| RateLimitOut {
+                per_second: l.per_second(),
+                burst: l.burst(),
+            }),
             tls_ca_bundle,
             tls_client_certificate,
             previous_tls_client_certificate_until: previous_identity_until,

@@ -1,7 +1,8 @@
 //! How much of an endpoint the next claim may take: the room arithmetic, pure.
 //!
 //! A claim takes no more of an endpoint than its lane can start within the lane's acquisition
-//! deadline, so shedding stays the exception rather than a churn of claim → shed → requeue.
+//! deadline, so shedding stays the exception rather than a churn of claim → shed → requeue;
+//! nor, under a rate limit, more than its bucket can give within that deadline.
 
 use std::time::Duration;
 
@@ -16,6 +17,9 @@ pub(super) struct EndpointLoad {
     pub(super) service: Option<Duration>,
     /// Deliveries in the lane or on their way to it.
     pub(super) taken: u32,
+    /// Under a rate limit: the turns its bucket can still give within the lane deadline, less
+    /// the deliveries already on their way to take one ([`crate::admission::rate::Turns`]).
+    pub(super) turns: Option<u32>,
 }
 
 /// How many of its due deliveries the next claim may take.
@@ -34,6 +38,8 @@ pub(super) enum Room {
 /// deadline at its recent service time (queue × service ÷ lane ≤ deadline ÷ 2): a fast endpoint
 /// takes a full share and waits briefly at the lane; one slower than the deadline gets only its
 /// free slots, so it is not claimed just to be shed. Before any attempt the queue is one share.
+/// A rate-limited endpoint gets no more than its `turns`: its backlog is not claimed just to be
+/// held by the limit and requeued.
 pub(super) fn room(load: EndpointLoad, per_endpoint: u32, lane_deadline: Duration) -> Room {
     if load.held {
         return Room::Skip;
@@ -47,6 +53,7 @@ pub(super) fn room(load: EndpointLoad, per_endpoint: u32, lane_deadline: Duratio
         }
     });
     let free = load.lane.saturating_add(queue).saturating_sub(load.taken);
+    let free = load.turns.map_or(free, |turns| free.min(turns));
     match free {
         0 => Room::Skip,
         n if n < per_endpoint => Room::Up(n),
@@ -66,6 +73,7 @@ mod tests {
             lane,
             service: service_ms.map(Duration::from_millis),
             taken,
+            turns: None,
         }
     }
 
@@ -99,6 +107,18 @@ mod tests {
     fn a_middling_endpoint_gets_a_short_queue() {
         assert_eq!(room(load(8, Some(200), 16), 8, DEADLINE), Room::Up(2));
         assert_eq!(room(load(8, Some(200), 18), 8, DEADLINE), Room::Skip);
+    }
+
+    /// A rate limit caps the room at its turns, whatever the lane would take; none left: skip.
+    #[test]
+    fn a_rate_limit_caps_the_room_at_its_turns() {
+        let limited = |turns| EndpointLoad {
+            turns: Some(turns),
+            ..load(8, Some(10), 0)
+        };
+        assert_eq!(room(limited(3), 8, DEADLINE), Room::Up(3));
+        assert_eq!(room(limited(0), 8, DEADLINE), Room::Skip);
+        assert_eq!(room(limited(500), 8, DEADLINE), Room::Full);
     }
 
     /// Never measured: its lane plus one share.

@@ -12,6 +12,7 @@ use crate::admission::FleetCount;
 use crate::admission::breaker::{Breaker, BreakerSettings};
 use crate::admission::governor::{self, GovernorState};
 use crate::admission::lane::Lane;
+use crate::admission::rate::Turns;
 use crate::delivery::{AttemptTimeouts, Target, TlsProfile};
 use crate::signing::SigningKey;
 use crate::stats::Window;
@@ -50,6 +51,8 @@ pub(super) struct EndpointState {
     /// Deliveries offered to the lane since then: the rate a step in traffic shows at once,
     /// before the window's five-minute average catches up.
     pub(super) offered_since_sized: u32,
+    /// Its rate limit's buckets in this process, when it has a limit.
+    pub(super) rate: Option<Turns>,
 }
 
 /// Where an endpoint's lane size comes from.
@@ -220,6 +223,10 @@ impl Endpoints {
             s.loaded_at = now;
             s.host = host;
             s.failing_since_ms = endpoint.failing_since_ms;
+            // A changed limit starts from full buckets; an unchanged one keeps its turns.
+            if s.rate.as_ref().map(Turns::limit) != endpoint.rate_limit {
+                s.rate = endpoint.rate_limit.map(|l| Turns::new(l, now));
+            }
             if s.breaker.settings().latency_ceiling != breaker_settings.latency_ceiling {
                 s.breaker = Breaker::new(breaker_settings, now);
             }
@@ -250,6 +257,7 @@ impl Endpoints {
                 measured_lane: None,
                 lane_sized_at: None,
                 offered_since_sized: 0,
+                rate: endpoint.rate_limit.map(|l| Turns::new(l, now)),
             }),
         });
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -310,7 +318,13 @@ impl EndpointState {
         let w = self.window.snapshot(now);
         self.measured_lane = match w.mean {
             Some(mean) if w.samples >= crate::admission::lane::SIZING_MIN_SAMPLES => {
+                // Offers held by a rate limit come back at their turns: what the lane carries
+                // is at most the limit.
                 let offered = w.offered_per_s.max(recent);
+                let offered = self
+                    .rate
+                    .as_ref()
+                    .map_or(offered, |t| offered.min(t.limit().per_second()));
                 Some(crate::admission::lane::sized_by_load(
                     offered,
                     mean,

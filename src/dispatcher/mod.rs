@@ -124,11 +124,16 @@ impl Ctx {
                 || matches!(s.breaker.state(),
                     crate::admission::breaker::BreakerState::Open { until, .. } if until > now);
             let taken = rt.lane.in_use() + rt.pending();
+            let turns = s.rate.as_ref().map(|t| {
+                t.turns_within(now, self.settings.lane_deadline)
+                    .saturating_sub(rt.pending())
+            });
             let load = claim::EndpointLoad {
                 held: held_back,
                 lane: s.effective_lane(&self.settings, concurrency),
                 service: s.service_ewma,
                 taken,
+                turns,
             };
             drop(s);
             if taken > 0 {

@@ -16,6 +16,7 @@ use super::endpoints::{EndpointRuntime, Pending};
 use crate::admission::breaker::Admission;
 use crate::admission::governor::{self, Observation};
 use crate::admission::lane::Lane;
+use crate::admission::rate::Turns;
 use crate::admission::{self, Candidate, FleetCount, Held};
 use crate::delivery::{self, Report};
 use crate::metrics::{Count, ErrorKindLabel, HostLabel, Metrics, PhaseLabel};
@@ -89,6 +90,18 @@ impl Candidate for AtEndpoint<'_> {
             s.breaker.cancel_probe();
         }
     }
+
+    fn turns<R>(&self, f: impl FnOnce(&mut Turns) -> R) -> Option<R> {
+        self.rt.state().rate.as_mut().map(f)
+    }
+
+    fn rate_held(&self, probe: bool) {
+        let mut s = self.rt.state();
+        s.window.record_rate_limited(Instant::now());
+        if probe {
+            s.breaker.cancel_probe();
+        }
+    }
 }
 
 /// Run one delivery to a settlement: admit → attempt → conclude.
@@ -125,6 +138,7 @@ pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settle
                 Held::Draining => settlement(d, SettleOutcome::Release, None),
                 Held::Paused { until } => requeue_until(ctx, d, until, held),
                 Held::BreakerOpen { until } => requeue_until(ctx, d, Some(until), held),
+                Held::RateLimited { until } => requeue_at(ctx, d, until),
                 Held::Disabled | Held::Shed => requeue(ctx, d, Why::Admission(held)),
             };
         }
@@ -350,11 +364,30 @@ fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, held: Held
     )
 }
 
+/// Requeue without an attempt at exactly `until`, the endpoint's next turn under its rate limit
+/// (rounded up to the store's millisecond, never early): no shed delay, no jitter. Turns are
+/// spaced by the limit already, so deliveries held together come due one turn apart.
+fn requeue_at(ctx: &Arc<Ctx>, d: &Claimed, until: Instant) -> Settlement {
+    let wait = until.saturating_duration_since(Instant::now());
+    let wait_ms = i64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i64::MAX / 2);
+    ctx.metrics.count(&d.endpoint_id, Count::RateLimited);
+    settlement(
+        d,
+        SettleOutcome::Shed {
+            at_ms: crate::clock::now_ms() + wait_ms,
+        },
+        None,
+    )
+}
+
 fn count_held(ctx: &Arc<Ctx>, endpoint: &str, why: Why) {
     let m = &ctx.metrics;
     let reason = match why {
         Why::Admission(Held::Shed) => return m.count(endpoint, Count::Shed),
         Why::Admission(Held::Draining) => return,
+        Why::Admission(Held::RateLimited { .. }) => {
+            return m.count(endpoint, Count::RateLimited);
+        }
         Why::Admission(Held::Paused { .. }) => "paused",
         Why::Admission(Held::BreakerOpen { .. }) => "breaker_open",
         Why::Admission(Held::Disabled) => "disabled",

@@ -61,6 +61,7 @@ fn due(
             disabled: (!e.enabled).then_some("disabled"),
             breaker_open: e.breaker_holding,
             paused: e.paused,
+            ..Default::default()
         };
         let ev = crate::stats::evidence(window, e.effective_lane, standing);
         notified.insert(e.id.clone(), now);

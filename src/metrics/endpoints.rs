@@ -40,9 +40,12 @@ pub enum Count {
     AttemptFailed = 2,
     /// A delivery dead-lettered: `sluice_dead_letters_total`.
     DeadLettered = 3,
+    /// Held by the endpoint's rate limit, requeued at its next turn, no attempt used:
+    /// `sluice_rate_limited_total`.
+    RateLimited = 4,
 }
 
-const COUNTS: usize = 4;
+const COUNTS: usize = 5;
 
 /// The counters' names and help, in [`Count`] order (OpenMetrics names, without `_total`).
 const COUNTER_FAMILIES: [(&str, &str); COUNTS] = [
@@ -61,6 +64,11 @@ const COUNTER_FAMILIES: [(&str, &str); COUNTS] = [
     (
         "sluice_dead_letters",
         "Deliveries dead-lettered after their last attempt, per endpoint",
+    ),
+    (
+        "sluice_rate_limited",
+        "Deliveries held by the endpoint's rate limit and requeued at its next turn (not \
+         attempts), per endpoint",
     ),
 ];
 

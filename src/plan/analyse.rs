@@ -28,6 +28,9 @@ pub struct EndpointLoad {
     pub latency_source: String,
     /// Lane size in force now (`sluice_lane_size`), when exported.
     pub current_lane: Option<u32>,
+    /// Its rate limit, events per second, when known (from the store): the most its lane
+    /// ever carries, whatever is offered.
+    pub rate_limit_per_s: Option<f64>,
 }
 
 /// Attempt durations to one destination host.
@@ -221,6 +224,7 @@ pub fn from_scrapes(before: &Scrape, after: &Scrape, elapsed_s: f64) -> Measurem
             },
             endpoint,
             offered_per_s: n / elapsed_s,
+            rate_limit_per_s: None,
         })
         .collect();
     let backlog = |scrape: &Scrape| {
@@ -406,8 +410,13 @@ fn lanes(m: &Measurements, ceiling: u32, mean: Option<f64>) -> Vec<LaneRecommend
                 Some(v) => (v, e.latency_source.clone()),
                 None => fleet.map(|(v, s)| (v, s.to_owned()))?,
             };
+            // A rate limit caps what the lane carries: a backlog offered above it waits for its
+            // turns, it does not need slots.
+            let carried = e
+                .rate_limit_per_s
+                .map_or(e.offered_per_s, |limit| e.offered_per_s.min(limit));
             let lane = littles_law_lane(
-                e.offered_per_s,
+                carried,
                 Duration::try_from_secs_f64(latency_s).unwrap_or(Duration::MAX),
                 ceiling,
             );
@@ -418,7 +427,7 @@ fn lanes(m: &Measurements, ceiling: u32, mean: Option<f64>) -> Vec<LaneRecommend
                 latency_source: source,
                 current_lane: e.current_lane,
                 recommended_lane: lane,
-                clamped_by_ceiling: (e.offered_per_s * latency_s).ceil() > f64::from(ceiling),
+                clamped_by_ceiling: (carried * latency_s).ceil() > f64::from(ceiling),
             })
         })
         .collect()

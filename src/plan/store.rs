@@ -33,6 +33,7 @@ pub async fn read_store(
     let since_ms = now_ms.saturating_sub(window_ms);
     let mut reading = StoreReading::default();
     let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut rate_limits: BTreeMap<String, f64> = BTreeMap::new();
     let mut scanned = 0u32;
     let mut capped = false;
     let mut tenant_cursor: Option<String> = None;
@@ -49,6 +50,9 @@ pub async fn read_store(
                 let Some(last) = page.last() else { break };
                 ep_cursor = Some(last.id.clone());
                 for ep in &page {
+                    if let Some(limit) = ep.rate_limit {
+                        rate_limits.insert(ep.id.clone(), limit.per_second());
+                    }
                     if let Some(host) = url::Url::parse(&ep.url)
                         .ok()
                         .and_then(|u| u.host_str().map(str::to_owned))
@@ -102,6 +106,9 @@ pub async fn read_store(
         .map(|(_, ms)| (*ms).max(0) as f64 / 1000.0)
         .reduce(f64::max);
     reading.measurements = summarise(&durations, &reading.hosts, window.as_secs_f64(), oldest);
+    for e in &mut reading.measurements.endpoints {
+        e.rate_limit_per_s = rate_limits.get(&e.endpoint).copied();
+    }
     // The attempts in the store are already the whole fleet's; the heartbeats add how many
     // dispatchers run now and their concurrency (fresh: the default three intervals).
     let fresh_ms = crate::dispatcher::DispatchSettings::default()
@@ -147,6 +154,7 @@ pub fn summarise(
                 latency_s: nearest_rank(&sorted, 0.95),
                 latency_source: "endpoint p95".to_owned(),
                 current_lane: None,
+                rate_limit_per_s: None,
             }
         })
         .collect();

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::WindowSnapshot;
+use crate::admission::rate::RateLimit;
 use super::snapshot::opt_secs;
 
 /// What the endpoint is doing, the most telling first: it leads the sentence.
@@ -18,6 +19,8 @@ pub enum Condition {
     BreakerOpen,
     /// A `Retry-After` pause is running: nothing is attempted until it ends.
     Paused,
+    /// Its rate limit held deliveries back in the window: they wait for their turns.
+    RateLimited,
     /// More attempts failed than were delivered in the window.
     Failing,
     /// Deliveries succeed (some may fail).
@@ -36,6 +39,10 @@ pub struct Standing<'a> {
     pub breaker_open: bool,
     /// A `Retry-After` pause is running now.
     pub paused: bool,
+    /// The rate limit the tenant asked for.
+    pub rate_limit: Option<RateLimit>,
+    /// Deliveries waiting to be attempted, as the store counts them (when it was asked).
+    pub waiting: Option<u64>,
 }
 
 /// The figures behind a conversation with a customer about their endpoint, and the sentence
@@ -59,7 +66,8 @@ pub struct Evidence {
     /// Concurrent deliveries allowed to this endpoint.
     pub lane: u32,
     /// Deliveries per second the lane sustains: lane ÷ the p95 of delivered attempts only
-    /// (`None` without a delivery in the window: failures measure nothing about capacity).
+    /// (`None` without a delivery in the window: failures measure nothing about capacity),
+    /// and never more than the endpoint's rate limit.
     pub sustainable_per_s: Option<f64>,
     /// Deliveries per second reaching admission for this endpoint.
     pub offered_per_s: f64,
@@ -73,9 +81,12 @@ pub struct Evidence {
 /// which stands as `standing`.
 pub fn evidence(snapshot: &WindowSnapshot, lane: u32, standing: Standing<'_>) -> Evidence {
     // A p95 under the histogram's resolution is floored at 1 µs rather than divided by zero.
-    let sustainable_per_s = snapshot
-        .delivered_p95
-        .map(|p95| f64::from(lane) / p95.as_secs_f64().max(1e-6));
+    let sustainable_per_s = snapshot.delivered_p95.map(|p95| {
+        let lane_rate = f64::from(lane) / p95.as_secs_f64().max(1e-6);
+        standing
+            .rate_limit
+            .map_or(lane_rate, |l| lane_rate.min(l.per_second()))
+    });
     let failed = snapshot.samples.saturating_sub(snapshot.delivered);
     let condition = if standing.disabled.is_some() {
         Condition::Disabled
@@ -83,6 +94,8 @@ pub fn evidence(snapshot: &WindowSnapshot, lane: u32, standing: Standing<'_>) ->
         Condition::BreakerOpen
     } else if standing.paused {
         Condition::Paused
+    } else if standing.rate_limit.is_some() && snapshot.rate_limited_per_s > 0.0 {
+        Condition::RateLimited
     } else if snapshot.samples == 0 {
         Condition::Idle
     } else if failed > snapshot.delivered {
@@ -104,6 +117,7 @@ pub fn evidence(snapshot: &WindowSnapshot, lane: u32, standing: Standing<'_>) ->
             "paused as the endpoint asked (Retry-After): nothing is attempted until the pause \
              ends; {figures}"
         ),
+        Condition::RateLimited => format!("{}; {figures}", held_to_rate(snapshot, standing)),
         Condition::Failing | Condition::Delivering | Condition::Idle => figures,
     };
     Evidence {
@@ -163,6 +177,27 @@ fn figures(s: &WindowSnapshot, lane: u32, sustainable: Option<f64>, failed: u64)
             failures(),
             format_rate(s.delivered_per_s),
         ),
+    }
+}
+
+/// "held to its rate limit: you asked for 50/s; 120/s are arriving; 12,000 are waiting".
+///
+/// What arrives is what reaches admission less the deliveries the limit held and that came back
+/// at their turns to be offered again.
+fn held_to_rate(s: &WindowSnapshot, standing: Standing<'_>) -> String {
+    let asked = standing.rate_limit.map_or(0.0, |l| l.per_second());
+    let arriving = (s.offered_per_s - s.rate_limited_per_s).max(s.delivered_per_s);
+    let head = format!(
+        "held to its rate limit: you asked for {}/s; {}/s are arriving",
+        format_rate(asked),
+        format_rate(arriving)
+    );
+    match standing.waiting {
+        Some(n) => {
+            use num_format::{Locale, ToFormattedString};
+            format!("{head}; {} are waiting", n.to_formatted_string(&Locale::en))
+        }
+        None => head,
     }
 }
 

@@ -36,6 +36,9 @@ pub struct WindowSnapshot {
     pub shed_per_s: f64,
     /// Deliveries held by a pause or an open breaker, per second.
     pub held_per_s: f64,
+    /// Deliveries held by the endpoint's rate limit, per second (each comes back at its turn
+    /// and is offered again).
+    pub rate_limited_per_s: f64,
     /// Shed ÷ offered, 0 to 1 (0 when nothing was offered).
     pub shed_share: f64,
     /// Failed ÷ attempts, 0 to 1 (0 without attempts).

@@ -32,6 +32,7 @@ struct Counters {
     failed: u64,
     shed: u64,
     held: u64,
+    rate_limited: u64,
     failures: FailureCounts,
 }
 
@@ -42,6 +43,7 @@ impl Counters {
         self.failed += other.failed;
         self.shed += other.shed;
         self.held += other.held;
+        self.rate_limited += other.rate_limited;
         self.failures.add(&other.failures);
     }
 }
@@ -164,6 +166,13 @@ impl Window {
         }
     }
 
+    /// Records a delivery held by the endpoint's rate limit (not an attempt).
+    pub fn record_rate_limited(&mut self, now: Instant) {
+        if let Some(i) = self.slot_at(now) {
+            self.slots[i].counters.rate_limited += 1;
+        }
+    }
+
     /// Forgets everything and starts again at `now`.
     pub fn clear(&mut self, now: Instant) {
         self.origin = now;
@@ -218,6 +227,7 @@ impl Window {
             failed_per_s: counts.failed as f64 / per_s,
             shed_per_s: counts.shed as f64 / per_s,
             held_per_s: counts.held as f64 / per_s,
+            rate_limited_per_s: counts.rate_limited as f64 / per_s,
             shed_share: ratio(counts.shed, counts.offered).min(1.0),
             failure_ratio: ratio(counts.failed, attempts),
             delivered_p95: delivered.quantile(0.95),

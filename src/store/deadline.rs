@@ -134,6 +134,10 @@ impl Store for Bounded {
         self.run(self.inner.tenant_backlog(id, now_ms)).await
     }
 
+    async fn endpoint_waiting(&self, id: &str) -> StoreResult<u64> {
+        self.run(self.inner.endpoint_waiting(id)).await
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         self.run(self.inner.create_endpoint(endpoint)).await
     }

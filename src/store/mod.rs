@@ -122,6 +122,9 @@ pub trait Store: Send + Sync + 'static {
     /// What a tenant has waiting: its due endpoints, its oldest due ready delivery, and how
     /// many tenants have due work now (it included).
     async fn tenant_backlog(&self, id: &str, now_ms: i64) -> StoreResult<TenantBacklog>;
+    /// Deliveries to an endpoint waiting to be attempted (ready, due now or later): one count
+    /// on the ready index, for the evidence of a rate-limited endpoint.
+    async fn endpoint_waiting(&self, id: &str) -> StoreResult<u64>;
 
     // ---- endpoints ------------------------------------------------------------------------
 

@@ -61,6 +61,8 @@ pub struct Endpoint {
     pub read_timeout_ms: Option<u32>,
     /// Total deadline override, milliseconds.
     pub total_timeout_ms: Option<u32>,
+    /// Its rate limit: events per second with a burst, fleet-wide.
+    pub rate_limit: Option<crate::admission::rate::RateLimit>,
     /// Start of the current unbroken run of failures, for auto-disable.
     pub failing_since_ms: Option<i64>,
     /// Headers sent with every attempt, lower-case names (checked by the API: no hop-by-hop,
@@ -114,6 +116,16 @@ impl EndpointTls {
     }
 }
 
+/// A rate limit from its two stored columns (both NULL: none; a pair out of range, which no
+/// check lets in: none either).
+pub fn rate_limit_from_columns(
+    per_second: Option<f64>,
+    burst: Option<i64>,
+) -> Option<crate::admission::rate::RateLimit> {
+    let burst = u32::try_from(burst?).ok()?;
+    crate::admission::rate::RateLimit::try_new(per_second?, burst).ok()
+}
+
 /// OAuth2 credentials in their stored form: JSON, or NULL.
 pub fn oauth2_column(c: &Option<crate::delivery::oauth2::Credentials>) -> Option<String> {
     c.as_ref().and_then(|c| serde_json::to_string(c).ok())
@@ -145,6 +157,7 @@ impl Endpoint {
             connect_timeout_ms: None,
             read_timeout_ms: None,
             total_timeout_ms: None,
+            rate_limit: None,
             failing_since_ms: None,
             headers: BTreeMap::new(),
             tls: EndpointTls::default(),

@@ -40,6 +40,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("sql/postgres_007_dispatcher_liveness.sql")),
     (8, include_str!("sql/postgres_008_tenant_shares.sql")),
     (9, include_str!("sql/postgres_009_endpoint_tls_oauth2.sql")),
+    (10, include_str!("sql/postgres_010_endpoint_rate_limit.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;
@@ -294,6 +295,10 @@ impl Store for PostgresStore {
 
     async fn tenant_backlog(&self, id: &str, now_ms: i64) -> StoreResult<TenantBacklog> {
         queries::tenant_backlog(&self.client().await?, id, now_ms).await
+    }
+
+    async fn endpoint_waiting(&self, id: &str) -> StoreResult<u64> {
+        queries::endpoint_waiting(&self.client().await?, id).await
     }
 
     async fn delete_tenant(&self, id: &str) -> StoreResult<()> {

@@ -35,6 +35,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("sql/sqlite_005_dispatchers.sql")),
     (6, include_str!("sql/sqlite_006_tenant_shares.sql")),
     (7, include_str!("sql/sqlite_007_endpoint_tls_oauth2.sql")),
+    (8, include_str!("sql/sqlite_008_endpoint_rate_limit.sql")),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.
@@ -343,6 +344,11 @@ impl Store for SqliteStore {
         let id = id.to_owned();
         self.read(move |c| queries::tenant_backlog(c, &id, now_ms))
             .await
+    }
+
+    async fn endpoint_waiting(&self, id: &str) -> StoreResult<u64> {
+        let id = id.to_owned();
+        self.read(move |c| queries::endpoint_waiting(c, &id)).await
     }
 
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {

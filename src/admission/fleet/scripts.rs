@@ -32,7 +32,9 @@ return 0
 /// Renew this dispatcher's entry among the live ones and count them, atomically.
 ///
 /// `KEYS[1]`: the dispatchers' sorted set. `ARGV[1]`: process id, `ARGV[2]`: entry ttl (ms).
-/// Returns the number of live dispatchers, this one included.
+/// Returns `{live, rank}`: the number of live dispatchers, this one included, and how many of
+/// them have a process id that sorts before this one's (its place in the fleet, which the
+/// rate limits' outage shares need: [`crate::admission::rate::RateLimit::share`]).
 pub(super) const HEARTBEAT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,12 +44,51 @@ redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
-return redis.call('ZCARD', KEYS[1])
+local live = redis.call('ZRANGE', KEYS[1], 0, -1)
+local rank = 0
+for _, id in ipairs(live) do
+  if id < ARGV[1] then
+    rank = rank + 1
+  end
+end
+return {#live, rank}
+";
+
+/// One step of an endpoint's fleet-wide rate limit (GCRA), atomically.
+///
+/// `KEYS[1]`: the endpoint's bucket, its theoretical arrival time (TAT) in microseconds on
+/// Redis's clock. `ARGV[1]`: the emission interval (µs, ≥ 1), `ARGV[2]`: the burst (≥ 1).
+/// Returns `{taken, wait, ahead}`: 1 when a turn was taken (0 when held), how long until the
+/// next turn is free (µs, 0 when taken) and how far the TAT now runs ahead of now (µs).
+///
+/// The same step as [`crate::admission::rate::Bucket::try_take`]. The key lives only while its
+/// TAT is ahead: once it has passed, a missing key is the same full bucket.
+pub(super) const RATE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local tolerance = interval * (tonumber(ARGV[2]) - 1)
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then
+  tat = now
+end
+local free_at = tat - tolerance
+if free_at > now then
+  return {0, free_at - now, tat - now}
+end
+local next_tat = tat + interval
+redis.call('SET', KEYS[1], string.format('%d', next_tat), 'PX', math.floor((next_tat - now) / 1000) + 1)
+return {1, 0, next_tat - now}
 ";
 
 /// The sorted set of holders of one endpoint's lane: `{prefix}:lane:{endpoint_id}`.
 pub(super) fn lane_key(prefix: &str, endpoint_id: &str) -> String {
     format!("{prefix}:lane:{endpoint_id}")
+}
+
+/// The TAT of one endpoint's fleet-wide rate limit: `{prefix}:rate:{endpoint_id}`.
+pub(super) fn rate_key(prefix: &str, endpoint_id: &str) -> String {
+    format!("{prefix}:rate:{endpoint_id}")
 }
 
 /// The sorted set of live dispatchers: `{prefix}:dispatchers`.
@@ -63,11 +104,12 @@ mod tests {
     fn key_names_follow_the_documented_layout() {
         assert_eq!(lane_key("sluice", "ep_1"), "sluice:lane:ep_1");
         assert_eq!(dispatchers_key("sluice"), "sluice:dispatchers");
+        assert_eq!(rate_key("sluice", "ep_1"), "sluice:rate:ep_1");
     }
 
     #[test]
     fn scripts_read_the_clock_from_redis_only() {
-        for script in [ACQUIRE, HEARTBEAT] {
+        for script in [ACQUIRE, HEARTBEAT, RATE] {
             assert!(script.contains("redis.call('TIME')"));
             assert!(!script.contains("ARGV[4]"), "no client timestamp argument");
         }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use crate::api::endpoints::{CreateEndpoint, UpdateEndpoint};
+use crate::api::endpoints::{CreateEndpoint, RateLimitIn, UpdateEndpoint};
 use crate::api::error::Problem;
 use crate::console::page::csrf_field;
 use crate::store::Endpoint;
@@ -34,6 +34,12 @@ pub struct EndpointForm {
     pub read_timeout_ms: String,
     /// Total deadline, ms.
     pub total_timeout_ms: String,
+    /// Rate limit, events per second; blank for none.
+    #[serde(rename = "rate_limit.per_second")]
+    pub rate_per_second: String,
+    /// Its burst; blank for one second's worth.
+    #[serde(rename = "rate_limit.burst")]
+    pub rate_burst: String,
     /// Headers sent with every attempt, one `Name: value` per line.
     pub headers: String,
     /// CA certificates (PEM) trusted for this endpoint.
@@ -87,6 +93,11 @@ impl From<&Endpoint> for EndpointForm {
             connect_timeout_ms: text(e.connect_timeout_ms),
             read_timeout_ms: text(e.read_timeout_ms),
             total_timeout_ms: text(e.total_timeout_ms),
+            rate_per_second: e
+                .rate_limit
+                .map(|l| l.per_second().to_string())
+                .unwrap_or_default(),
+            rate_burst: text(e.rate_limit.map(|l| l.burst())),
             headers: e
                 .headers
                 .iter()
@@ -125,6 +136,28 @@ fn number(field: &str, value: &str) -> Result<Option<u32>, FieldError> {
     })
 }
 
+/// The rate limit's two fields: both blank for none; a burst without a rate is refused on the
+/// rate's field. The API checks the ranges.
+fn rate_limit(form: &EndpointForm) -> Result<Option<RateLimitIn>, FieldError> {
+    const RATE: &str = "rate_limit.per_second";
+    let per_second = form.rate_per_second.trim();
+    let burst = number("rate_limit.burst", &form.rate_burst)?;
+    if per_second.is_empty() {
+        return match burst {
+            None => Ok(None),
+            Some(_) => Err(FieldError {
+                field: RATE.into(),
+                detail: format!("{RATE} is needed with a burst (or leave both blank)"),
+            }),
+        };
+    }
+    let per_second = per_second.parse().map_err(|_| FieldError {
+        field: RATE.into(),
+        detail: format!("{RATE} must be a number of events per second, or blank for no limit"),
+    })?;
+    Ok(Some(RateLimitIn { per_second, burst }))
+}
+
 impl EndpointForm {
     fn types(&self) -> Vec<String> {
         self.event_types
@@ -150,6 +183,7 @@ impl EndpointForm {
             tls_client_certificate: https::optional(&self.tls_client_certificate),
             tls_client_key: https::optional(&self.tls_client_key),
             oauth2: https::oauth2(self),
+            rate_limit: rate_limit(self)?,
             ..CreateEndpoint::default()
         })
     }
@@ -173,6 +207,7 @@ impl EndpointForm {
             read_timeout_ms: Some(number("read_timeout_ms", &self.read_timeout_ms)?),
             total_timeout_ms: Some(number("total_timeout_ms", &self.total_timeout_ms)?),
             headers: Some(header_lines(&self.headers)?),
+            rate_limit: Some(rate_limit(self)?),
         })
     }
 }
@@ -212,7 +247,8 @@ fn field(
 ) -> Markup {
     let id = format!("f-{name}");
     let wrong = error.filter(|e| e.field == name);
-    let numeric = (name == "lane_size" || name.ends_with("_ms")).then_some("numeric");
+    let numeric = (name == "lane_size" || name.ends_with("_ms") || name == "rate_limit.burst")
+        .then_some("numeric");
     html! {
         label for=(id) { (label) " " span.hint { (hint) } }
         input id=(id) type=(kind) name=(name) value=(value) inputmode=[numeric];
@@ -223,7 +259,7 @@ fn field(
 /// The endpoint form with `values`, and `error` next to its field (or on top when the field
 /// is not one of the form's).
 pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldError>) -> Markup {
-    const FIELDS: [&str; 8] = [
+    const FIELDS: [&str; 10] = [
         "url",
         "description",
         "event_types",
@@ -232,6 +268,8 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
         "connect_timeout_ms",
         "read_timeout_ms",
         "total_timeout_ms",
+        "rate_limit.per_second",
+        "rate_limit.burst",
     ];
     let general = error.filter(|e| {
         !FIELDS.contains(&e.field.as_str())
@@ -239,7 +277,8 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
             && e.field != "headers"
             && !e.field.starts_with("headers.")
     });
-    let advanced_open = error.is_some_and(|e| e.field.ends_with("_ms"));
+    let advanced_open =
+        error.is_some_and(|e| e.field.ends_with("_ms") || e.field.starts_with("rate_limit."));
     let lane_hint = format!(
         "concurrent deliveries; blank for the default of {}",
         ctx.default_lane
@@ -254,7 +293,9 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
             (field("lane_size", "Lane size", &lane_hint, "text", &values.lane_size, error))
             (custom_headers(values, error))
             details open[advanced_open] {
-                summary { "Latency ceiling and timeouts" }
+                summary { "Rate limit, latency ceiling and timeouts" }
+                (field("rate_limit.per_second", "Rate limit (events/s)", "across every dispatcher; deliveries beyond it wait their turn without using an attempt; blank for none", "text", &values.rate_per_second, error))
+                (field("rate_limit.burst", "Burst", "events at once after a quiet spell; blank for one second's worth", "text", &values.rate_burst, error))
                 (field("latency_ceiling_ms", "Latency ceiling (ms)", "the breaker opens when the p95 stays above it; blank for the default", "text", &values.latency_ceiling_ms, error))
                 (field("connect_timeout_ms", "Connect timeout (ms)", "blank for the default", "text", &values.connect_timeout_ms, error))
                 (field("read_timeout_ms", "Read timeout (ms)", "blank for the default", "text", &values.read_timeout_ms, error))
@@ -293,6 +334,43 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(bad.to_create().unwrap_err().field, "lane_size");
+    }
+
+    #[test]
+    fn the_rate_limit_is_two_fields_blank_for_none() {
+        let form = EndpointForm {
+            url: "https://example.com/hook".into(),
+            rate_per_second: "2.5".into(),
+            rate_burst: "5".into(),
+            ..Default::default()
+        };
+        let want = RateLimitIn {
+            per_second: 2.5,
+            burst: Some(5),
+        };
+        assert_eq!(form.to_create().unwrap().rate_limit, Some(want));
+        let blank = EndpointForm {
+            rate_per_second: String::new(),
+            rate_burst: String::new(),
+            ..form.clone()
+        };
+        assert_eq!(blank.to_update(None).unwrap().rate_limit, Some(None));
+        let wordy = EndpointForm {
+            rate_per_second: "fast".into(),
+            ..form.clone()
+        };
+        assert_eq!(
+            wordy.to_create().unwrap_err().field,
+            "rate_limit.per_second"
+        );
+        let burst_alone = EndpointForm {
+            rate_per_second: String::new(),
+            ..form
+        };
+        assert_eq!(
+            burst_alone.to_create().unwrap_err().field,
+            "rate_limit.per_second"
+        );
     }
 
     #[test]

@@ -272,3 +272,29 @@ fn littles_law_lane_clamps() {
         "a zero ceiling still leaves one"
     );
 }
+
+/// Held to its rate: what was asked, what arrives (offers less the holds that came back), what
+/// waits; the sustainable rate never above the limit.
+#[test]
+fn a_rate_limited_endpoint_says_what_was_asked_what_arrives_and_what_waits() {
+    let mut s = snapshot(Some(Duration::from_millis(10)), 190.0);
+    s.rate_limited_per_s = 70.0;
+    let standing = Standing {
+        rate_limit: Some(crate::admission::rate::RateLimit::try_new(50.0, 100).unwrap()),
+        waiting: Some(12_000),
+        ..Standing::default()
+    };
+    let e = evidence(&s, 4, standing);
+    assert_eq!(e.condition, Condition::RateLimited);
+    assert!(
+        e.sentence.starts_with(
+            "held to its rate limit: you asked for 50/s; 120/s are arriving; 12,000 are waiting; "
+        ),
+        "{}",
+        e.sentence
+    );
+    assert_eq!(e.sustainable_per_s, Some(50.0));
+    // Nothing held in the window: delivering, whatever the limit.
+    s.rate_limited_per_s = 0.0;
+    assert_eq!(evidence(&s, 4, standing).condition, Condition::Delivering);
+}

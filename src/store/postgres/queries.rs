@@ -12,7 +12,7 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms, headers, tls, oauth2";
+    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst";
 
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
@@ -270,6 +270,15 @@ pub(super) async fn set_tenant_share(
     Ok(())
 }
 
+/// Ready deliveries of one endpoint, due or not (counted on the `deliveries_ready` index).
+const ENDPOINT_WAITING: &str =
+    "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND state = 0";
+
+pub(super) async fn endpoint_waiting(c: &impl GenericClient, id: &str) -> StoreResult<u64> {
+    let row = c.query_one(ENDPOINT_WAITING, &[&id]).await.map_err(pg)?;
+    Ok(row.get::<_, i64>(0).max(0) as u64)
+}
+
 pub(super) async fn tenant_backlog(
     c: &impl GenericClient,
     id: &str,
@@ -363,6 +372,7 @@ fn endpoint_row(r: &Row) -> Endpoint {
         headers: serde_json::from_str(r.get::<_, &str>(19)).unwrap_or_default(),
         tls: EndpointTls::from_column(r.get(20)),
         oauth2: oauth2_from_column(r.get(21)),
+        rate_limit: rate_limit_from_columns(r.get(22), r.get(23)),
     }
 }
 
@@ -383,7 +393,7 @@ pub(super) async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20, $21, $22)"
+             $20, $21, $22, $23, $24)"
         ),
         &[
             &e.id,
@@ -408,6 +418,8 @@ pub(super) async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
             &headers_json(e),
             &e.tls.to_column(),
             &oauth2_column(&e.oauth2),
+            &e.rate_limit.map(|l| l.per_second()),
+            &e.rate_limit.map(|l| i64::from(l.burst())),
         ],
     )
     .await
@@ -486,7 +498,8 @@ pub(super) async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
              previous_secret = $7, previous_secret_until_ms = $8, enabled = $9, \
              disabled_reason = $10, lane_size = $11, latency_ceiling_ms = $12, \
              connect_timeout_ms = $13, read_timeout_ms = $14, total_timeout_ms = $15, \
-             updated_at_ms = $16, headers = $17, tls = $18, oauth2 = $19 \
+             updated_at_ms = $16, headers = $17, tls = $18, oauth2 = $19, \
+             rate_per_second = $20, rate_burst = $21 \
              WHERE id = $1 AND tenant_id = $2",
             &[
                 &e.id,
@@ -508,6 +521,8 @@ pub(super) async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
                 &headers_json(e),
                 &e.tls.to_column(),
                 &oauth2_column(&e.oauth2),
+                &e.rate_limit.map(|l| l.per_second()),
+                &e.rate_limit.map(|l| i64::from(l.burst())),
             ],
         )
         .await

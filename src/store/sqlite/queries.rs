@@ -12,7 +12,7 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms, headers, tls, oauth2";
+    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst";
 
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
@@ -224,6 +224,7 @@ fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
         headers: serde_json::from_str(&r.get::<_, String>(19)?).unwrap_or_default(),
         tls: EndpointTls::from_column(r.get::<_, Option<String>>(20)?.as_deref()),
         oauth2: oauth2_from_column(r.get::<_, Option<String>>(21)?.as_deref()),
+        rate_limit: rate_limit_from_columns(r.get(22)?, r.get(23)?),
     })
 }
 
@@ -240,7 +241,7 @@ pub(super) fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-             ?20, ?21, ?22)"
+             ?20, ?21, ?22, ?23, ?24)"
         ),
         params![
             e.id,
@@ -264,7 +265,9 @@ pub(super) fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
             e.updated_at_ms,
             headers_json(e),
             e.tls.to_column(),
-            oauth2_column(&e.oauth2)
+            oauth2_column(&e.oauth2),
+            e.rate_limit.map(|l| l.per_second()),
+            e.rate_limit.map(|l| l.burst())
         ],
     )
     .map_err(db)?;
@@ -330,7 +333,8 @@ pub(super) fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
              previous_secret = ?7, previous_secret_until_ms = ?8, enabled = ?9, \
              disabled_reason = ?10, lane_size = ?11, latency_ceiling_ms = ?12, \
              connect_timeout_ms = ?13, read_timeout_ms = ?14, total_timeout_ms = ?15, \
-             updated_at_ms = ?16, headers = ?17, tls = ?18, oauth2 = ?19 \
+             updated_at_ms = ?16, headers = ?17, tls = ?18, oauth2 = ?19, \
+             rate_per_second = ?20, rate_burst = ?21 \
              WHERE id = ?1 AND tenant_id = ?2",
             params![
                 e.id,
@@ -351,7 +355,9 @@ pub(super) fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
                 e.updated_at_ms,
                 headers_json(e),
                 e.tls.to_column(),
-                oauth2_column(&e.oauth2)
+                oauth2_column(&e.oauth2),
+                e.rate_limit.map(|l| l.per_second()),
+                e.rate_limit.map(|l| l.burst())
             ],
         )
         .map_err(db)?;
@@ -970,6 +976,18 @@ pub(super) fn queue_stats(c: &Connection, now_ms: i64) -> StoreResult<QueueStats
             .push((tenant, oldest.map_or(0, |t| (now_ms - t).max(0))));
     }
     Ok(stats)
+}
+
+/// Ready deliveries of one endpoint, due or not (counted on the `deliveries_ready` index).
+const ENDPOINT_WAITING: &str =
+    "SELECT count(*) FROM deliveries WHERE endpoint_id = ?1 AND state = 0";
+
+pub(super) fn endpoint_waiting(c: &Connection, id: &str) -> StoreResult<u64> {
+    let n: i64 = c
+        .prepare_cached(ENDPOINT_WAITING)
+        .and_then(|mut s| s.query_row([id], |r| r.get(0)))
+        .map_err(db)?;
+    Ok(n.max(0) as u64)
 }
 
 pub(super) fn tenant_backlog(c: &Connection, id: &str, now_ms: i64) -> StoreResult<TenantBacklog> {
