@@ -288,7 +288,10 @@ impl FleetLanes {
         let mut call = inner.rate.key(&key);
         call.arg(interval).arg(limit.burst());
         let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
-        match inner.bounded(call.invoke_async::<(i64, i64, i64)>(&mut conn)).await {
+        match inner
+            .bounded(call.invoke_async::<(i64, i64, i64)>(&mut conn))
+            .await
+        {
             Ok((1, _, ahead)) => FleetRate::Taken {
                 ahead: micros(ahead),
             },
@@ -391,7 +394,10 @@ impl Inner {
         let mut call = self.heartbeat.key(&self.dispatchers_key);
         call.arg(&self.settings.process_id)
             .arg(duration_ms(entry_ttl));
-        if let Ok((live, rank)) = self.bounded(call.invoke_async::<(i64, i64)>(&mut conn)).await {
+        if let Ok((live, rank)) = self
+            .bounded(call.invoke_async::<(i64, i64)>(&mut conn))
+            .await
+        {
             let live = u32::try_from(live).unwrap_or(u32::MAX).max(1);
             self.rank
                 .store(u32::try_from(rank).unwrap_or(0), Ordering::Relaxed);

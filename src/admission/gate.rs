@@ -12,9 +12,9 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use super::fleet::FleetRate;
 use super::fleet::mode::{FleetMode, FleetTransitions};
 use super::fleet::{FleetAcquire, FleetLanes, FleetSlot};
-use super::fleet::FleetRate;
 use super::lane::{Lane, LaneSlot};
 use super::rate::Turns;
 

@@ -61,7 +61,9 @@ impl RateLimit {
         if !(MIN_PER_SECOND..=MAX_PER_SECOND).contains(&per_second) {
             return Err(InvalidRate {
                 field: "per_second",
-                expected: format!("a number of events per second, {MIN_PER_SECOND}–{MAX_PER_SECOND}"),
+                expected: format!(
+                    "a number of events per second, {MIN_PER_SECOND}–{MAX_PER_SECOND}"
+                ),
             });
         }
         if !(1..=MAX_BURST).contains(&burst) {
@@ -154,7 +156,9 @@ impl Bucket {
             return 0;
         }
         let intervals = (reach - tat).as_nanos() / self.limit.interval().as_nanos().max(1);
-        u32::try_from(intervals).unwrap_or(u32::MAX).saturating_add(1)
+        u32::try_from(intervals)
+            .unwrap_or(u32::MAX)
+            .saturating_add(1)
     }
 
     /// Set the TAT to `ahead` past `now`: what the fleet-wide bucket in Redis said it is, so
@@ -328,10 +332,16 @@ mod tests {
     fn out_of_range_values_are_refused_by_field() {
         assert_eq!(RateLimit::try_new(0.0, 1).unwrap_err().field, "per_second");
         assert_eq!(RateLimit::try_new(-5.0, 1).unwrap_err().field, "per_second");
-        assert_eq!(RateLimit::try_new(f64::NAN, 1).unwrap_err().field, "per_second");
+        assert_eq!(
+            RateLimit::try_new(f64::NAN, 1).unwrap_err().field,
+            "per_second"
+        );
         assert_eq!(RateLimit::try_new(1e9, 1).unwrap_err().field, "per_second");
         assert_eq!(RateLimit::try_new(50.0, 0).unwrap_err().field, "burst");
-        assert_eq!(RateLimit::try_new(50.0, MAX_BURST + 1).unwrap_err().field, "burst");
+        assert_eq!(
+            RateLimit::try_new(50.0, MAX_BURST + 1).unwrap_err().field,
+            "burst"
+        );
         assert!(RateLimit::try_new(MIN_PER_SECOND, 1).is_ok());
         assert!(RateLimit::try_new(MAX_PER_SECOND, MAX_BURST).is_ok());
     }
@@ -342,14 +352,7 @@ mod tests {
     fn a_burst_smaller_than_the_fleet_goes_to_that_many_processes() {
         let l = limit(30.0, 2);
         let shares: Vec<_> = (0..3).map(|rank| l.share(3, rank)).collect();
-        assert_eq!(
-            shares,
-            [
-                Some(limit(15.0, 1)),
-                Some(limit(15.0, 1)),
-                None,
-            ]
-        );
+        assert_eq!(shares, [Some(limit(15.0, 1)), Some(limit(15.0, 1)), None,]);
         assert_eq!(limit(30.0, 7).share(3, 0), Some(limit(10.0, 3)));
         assert_eq!(limit(30.0, 7).share(3, 2), Some(limit(10.0, 2)));
         // Alone: the whole limit.

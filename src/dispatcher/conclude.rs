@@ -143,6 +143,7 @@ mod tests {
             measured_lane: None,
             lane_sized_at: None,
             offered_since_sized: 0,
+            rate: None,
         }
     }
 

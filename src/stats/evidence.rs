@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::WindowSnapshot;
-use crate::admission::rate::RateLimit;
 use super::snapshot::opt_secs;
+use crate::admission::rate::RateLimit;
 
 /// What the endpoint is doing, the most telling first: it leads the sentence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
