@@ -30,6 +30,16 @@ pub(crate) struct Bench {
 /// `burst`, and `messages` for it already accepted (no dispatcher runs yet, so none is
 /// claimed before the test starts its clock). `None`: no PostgreSQL (skip).
 pub(crate) async fn bench(per_second: f64, burst: u32, messages: usize) -> Option<Bench> {
+    bench_with(per_second, burst, messages, json!({})).await
+}
+
+/// [`bench`] with `extra` endpoint fields.
+pub(crate) async fn bench_with(
+    per_second: f64,
+    burst: u32,
+    messages: usize,
+    extra: serde_json::Value,
+) -> Option<Bench> {
     let db = support::fresh_postgres().await?;
     let api = Sluice::start_with(|raw| {
         raw.database_url = Some(db.clone());
@@ -38,12 +48,12 @@ pub(crate) async fn bench(per_second: f64, burst: u32, messages: usize) -> Optio
     .await;
     let (tenant, token) = api.tenant("limited").await;
     let rx = receiver::start(Behavior::Fast, true).await.unwrap();
-    let limit = json!({ "rate_limit": { "per_second": per_second, "burst": burst } });
-    let (endpoint, _) = api.endpoint(&token, &rx.url(), limit).await;
-    for i in 0..messages {
-        api.send(&token, "order.created", json!({ "i": i })).await;
+    let mut fields = json!({ "rate_limit": { "per_second": per_second, "burst": burst } });
+    if let (Some(f), Some(e)) = (fields.as_object_mut(), extra.as_object()) {
+        f.extend(e.clone());
     }
-    Some(Bench {
+    let (endpoint, _) = api.endpoint(&token, &rx.url(), fields).await;
+    let bench = Bench {
         api,
         db,
         tenant,
@@ -52,7 +62,20 @@ pub(crate) async fn bench(per_second: f64, burst: u32, messages: usize) -> Optio
         rx,
         per_second,
         burst,
-    })
+    };
+    bench.send(messages).await;
+    Some(bench)
+}
+
+impl Bench {
+    /// Accept `n` messages for the endpoint.
+    pub(crate) async fn send(&self, n: usize) {
+        for i in 0..n {
+            self.api
+                .send(&self.token, "order.created", json!({ "i": i }))
+                .await;
+        }
+    }
 }
 
 impl Bench {

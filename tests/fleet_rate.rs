@@ -1,0 +1,153 @@
+//! An endpoint's rate limit across a fleet: two dispatchers sharing PostgreSQL and a private
+//! `redis-server` together never exceed the limit; with Redis gone, each keeps to its share,
+//! and the shares together keep to the limit. Upper bounds only, from the bucket's arithmetic.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice::dispatcher::Look;
+use sluice_testkit as support;
+use support::{Sluice, eventually, free_port};
+
+#[allow(dead_code)] // each test file uses its own part of it
+#[path = "rate/common.rs"]
+mod common;
+
+/// A private redis-server on a free loopback port, killed on drop.
+struct Redis {
+    child: Child,
+    url: String,
+}
+
+impl Redis {
+    async fn start() -> Option<Redis> {
+        let port = free_port();
+        let binary = std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            assert!(!support::services_required(), "redis-server is required");
+            eprintln!("SKIPPED: redis-server not found");
+            return None;
+        };
+        let url = format!("redis://127.0.0.1:{port}");
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let up = eventually(Duration::from_secs(10), || async {
+            match client.get_multiplexed_async_connection().await {
+                Ok(mut c) => redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .is_ok(),
+                Err(_) => false,
+            }
+        })
+        .await;
+        assert!(up, "redis-server on port {port} did not come up");
+        Some(Redis { child, url })
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// 2 events/s, burst 2, thirty messages waiting; two dispatchers start together. The first
+/// claims a lane's share (8) at once against a burst of 2, so holds are certain; together they
+/// never pass `2 + 2 × elapsed`, and every message arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatchers_together_never_exceed_the_limit() {
+    const N: usize = 30;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let Some(bench) = common::bench(2.0, 2, N).await else {
+        return;
+    };
+    let started = Instant::now();
+    let one = bench.dispatcher(Some(&redis.url)).await;
+    let two = bench.dispatcher(Some(&redis.url)).await;
+    let got = bench
+        .watch(N, started, Duration::from_secs(180), |e| bench.allowed(e))
+        .await;
+    assert_eq!(got, N, "every message arrives");
+    common::windows_within(&bench, Duration::from_millis(300));
+    bench.each_delivered_once(N).await;
+    assert!(
+        bench.held(&one) + bench.held(&two) >= 1,
+        "eight claimed at once against a burst of two: some must have been held"
+    );
+    two.stop().await;
+    one.stop().await;
+    bench.api.stop().await;
+}
+
+/// Both dispatchers see each other in Redis, then Redis goes away before any message: each
+/// admits under its share (1/s, burst 1 of 2/s, burst 2), so each stays within
+/// `1 + 1 × elapsed` and both together within `2 + 2 × elapsed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_gone_each_dispatcher_keeps_to_its_share() {
+    const N: usize = 12;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    // A short deadline: the fleet lanes' outage rule waits for attempts admitted through Redis
+    // to end (at most the deadline) before each process's local share admits.
+    let extra = serde_json::json!({ "total_timeout_ms": 2000 });
+    let Some(bench) = common::bench_with(2.0, 2, 0, extra).await else {
+        return;
+    };
+    let one = bench.dispatcher(Some(&redis.url)).await;
+    let two = bench.dispatcher(Some(&redis.url)).await;
+    let live = |s: &Sluice| {
+        let ctx = s.running.dispatcher.as_ref().expect("a dispatcher");
+        ctx.view(Look::Pool).pool.live_dispatchers
+    };
+    // Heartbeats every 5 s: both count two (and so know their places) within one beat.
+    let known = eventually(Duration::from_secs(30), || async {
+        live(&one) == Some(2) && live(&two) == Some(2)
+    })
+    .await;
+    assert!(known, "the dispatchers never saw each other in Redis");
+    drop(redis);
+
+    let started = Instant::now();
+    bench.send(N).await;
+    let share = |elapsed: Duration| 1.0 + elapsed.as_secs_f64();
+    let deadline = Duration::from_secs(180);
+    loop {
+        let elapsed = started.elapsed();
+        let (a, b) = (bench.delivered_by(&one), bench.delivered_by(&two));
+        let total = bench.rx.record.requests();
+        assert!(
+            a as f64 <= share(elapsed) && b as f64 <= share(elapsed),
+            "{a} and {b} delivered within {elapsed:?}: a share allows {:.2} each",
+            share(elapsed)
+        );
+        assert!(
+            total as f64 <= bench.allowed(elapsed),
+            "{total} arrivals within {elapsed:?}: the limit allows {:.2}",
+            bench.allowed(elapsed)
+        );
+        if bench.rx.record.distinct_ids().len() >= N || elapsed > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        bench.rx.record.distinct_ids().len(),
+        N,
+        "every message arrives"
+    );
+    common::windows_within(&bench, Duration::from_millis(300));
+    bench.each_delivered_once(N).await;
+    two.stop().await;
+    one.stop().await;
+    bench.api.stop().await;
+}
