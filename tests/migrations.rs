@@ -1,6 +1,7 @@
 //! A database written by an earlier schema opens under this one with nothing lost: endpoints
 //! created before the fan-out index existed are found through it after the upgrade, and take
-//! the TLS and OAuth2 settings added later (SQLite v7, PostgreSQL v9).
+//! the TLS and OAuth2 settings added later (SQLite v7, PostgreSQL v9) and a rate limit (SQLite
+//! v8, PostgreSQL v10).
 
 use sluice_testkit as support;
 
@@ -68,6 +69,20 @@ async fn check_upgraded(store: SharedStore) {
     store.update_endpoint(&e).await.unwrap();
     let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
     assert_eq!((read.tls, read.oauth2), (e.tls, e.oauth2));
+
+    // The rate limit columns: none before them; one set round-trips, fractions included, and
+    // clearing it leaves none.
+    let mut e = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert_eq!(e.rate_limit, None);
+    e.rate_limit = Some(sluice::admission::rate::RateLimit::try_new(2.5, 7).unwrap());
+    store.update_endpoint(&e).await.unwrap();
+    let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert_eq!(read.rate_limit, e.rate_limit);
+    e.rate_limit = None;
+    store.update_endpoint(&e).await.unwrap();
+    let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert_eq!(read.rate_limit, None);
+    assert_eq!(store.endpoint_waiting("ep_paid").await.unwrap(), 1);
 }
 
 fn v1_inserts(placeholder: impl Fn(usize) -> String) -> String {
