@@ -323,3 +323,118 @@ async fn redis_slot<C: Candidate>(
         FleetAcquire::Unavailable | FleetAcquire::Full => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::rate::RateLimit;
+
+    /// An endpoint whose checks pass (as a breaker probe, when `probe`), with a rate limit.
+    struct Limited {
+        lane: Arc<Lane>,
+        fleet: Arc<FleetCount>,
+        turns: Mutex<Option<Turns>>,
+        probe: bool,
+        probes_returned: AtomicU32,
+        sheds: AtomicU32,
+    }
+
+    impl Limited {
+        fn new(limit: Option<RateLimit>, probe: bool) -> Self {
+            Self {
+                lane: Lane::new(),
+                fleet: Arc::default(),
+                turns: Mutex::new(limit.map(|l| Turns::new(l, Instant::now()))),
+                probe,
+                probes_returned: AtomicU32::new(0),
+                sheds: AtomicU32::new(0),
+            }
+        }
+    }
+
+    impl Candidate for Limited {
+        fn check(&self, _now: Instant) -> Result<bool, Held> {
+            Ok(self.probe)
+        }
+        fn lane(&self) -> &Arc<Lane> {
+            &self.lane
+        }
+        fn limit(&self) -> u32 {
+            4
+        }
+        fn fleet_count(&self) -> &Arc<FleetCount> {
+            &self.fleet
+        }
+        fn outage_hold(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn id(&self) -> &str {
+            "ep_limited"
+        }
+        fn shed(&self, _probe: bool) {
+            self.sheds.fetch_add(1, Ordering::AcqRel);
+        }
+        fn turns<R>(&self, f: impl FnOnce(&mut Turns) -> R) -> Option<R> {
+            self.turns.lock().unwrap().as_mut().map(f)
+        }
+        fn rate_held(&self, probe: bool) {
+            if probe {
+                self.probes_returned.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// The rate comes before the lane: a delivery past its limit is held until the exact
+    /// instant of its next turn, takes no lane slot and is no shed; one within it is admitted.
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_holds_before_the_lane_until_the_next_turn() {
+        let (permits, draining) = (Semaphore::new(8), AtomicBool::new(false));
+        let transitions = Mutex::new(FleetTransitions::default());
+        let gate = Gate {
+            lane_deadline: Duration::from_millis(500),
+            fleet: None,
+            transitions: &transitions,
+            longest_attempt: Duration::from_secs(15),
+            permits: &permits,
+            draining: &draining,
+        };
+        let limit = RateLimit::try_new(10.0, 2).unwrap();
+        let endpoint = Limited::new(Some(limit), false);
+        let start = Instant::now();
+        let first = admit(&gate, &endpoint, || {}).await.expect("a turn");
+        let second = admit(&gate, &endpoint, || {}).await.expect("a turn");
+        let mut passed = false;
+        let third = admit(&gate, &endpoint, || passed = true).await;
+        assert_eq!(
+            third.err(),
+            Some(Held::RateLimited {
+                until: start + Duration::from_millis(100)
+            })
+        );
+        assert!(
+            !passed,
+            "a delivery held by the rate never waits at the lane"
+        );
+        assert_eq!(endpoint.lane.in_use(), 2);
+        assert_eq!(endpoint.sheds.load(Ordering::Acquire), 0);
+        drop((first, second));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(
+            admit(&gate, &endpoint, || {}).await.is_ok(),
+            "its turn came"
+        );
+
+        // A breaker probe held by the rate is given back, so the breaker can send another.
+        let probing = Limited::new(Some(RateLimit::try_new(1.0, 1).unwrap()), true);
+        drop(admit(&gate, &probing, || {}).await.expect("a turn"));
+        assert!(admit(&gate, &probing, || {}).await.is_err());
+        assert_eq!(probing.probes_returned.load(Ordering::Acquire), 1);
+
+        // No limit: nothing to hold.
+        let free = Limited::new(None, false);
+        let mut admitted = Vec::new();
+        for _ in 0..4 {
+            admitted.push(admit(&gate, &free, || {}).await.expect("no limit"));
+        }
+    }
+}
