@@ -5,6 +5,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sluice::admission::fleet::{FleetLanes, FleetRate, FleetSettings};
+use sluice::admission::rate::RateLimit;
 use sluice::dispatcher::Look;
 use sluice_testkit as support;
 use support::{Sluice, eventually, free_port};
@@ -56,6 +58,52 @@ impl Drop for Redis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The Redis bucket, one script call per turn: the burst at once, then a hold naming the wait
+/// to the next turn (one interval, less the little time the calls took); separate endpoints
+/// have separate buckets; a Redis that is gone is `Unavailable`, never a turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_bucket_gives_the_burst_then_names_the_wait() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let lanes = FleetLanes::connect(&redis.url, FleetSettings::default())
+        .await
+        .unwrap();
+    // One turn every 100 s: the calls below take far less than that, however slow the machine.
+    let limit = RateLimit::try_new(0.01, 3).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(
+            lanes.try_rate("ep_a", &limit).await,
+            FleetRate::Taken { .. }
+        ));
+    }
+    match lanes.try_rate("ep_a", &limit).await {
+        FleetRate::Held { wait, ahead } => {
+            assert!(wait <= Duration::from_secs(100), "{wait:?}");
+            assert!(wait > Duration::from_secs(90), "{wait:?}");
+            // The TAT runs the tolerance (two intervals) past the next turn.
+            assert_eq!(ahead - wait, Duration::from_secs(200));
+        }
+        other => panic!("expected a hold, got {other:?}"),
+    }
+    assert!(matches!(
+        lanes.try_rate("ep_b", &limit).await,
+        FleetRate::Taken { .. }
+    ));
+    drop(redis);
+    let mut gone = FleetRate::Taken {
+        ahead: Duration::ZERO,
+    };
+    // The first call after the kill may still find the old connection: a few tries at most.
+    for _ in 0..5 {
+        gone = lanes.try_rate("ep_b", &limit).await;
+        if gone == FleetRate::Unavailable {
+            break;
+        }
+    }
+    assert_eq!(gone, FleetRate::Unavailable);
 }
 
 /// 2 events/s, burst 2, thirty messages waiting; two dispatchers start together. The first
