@@ -1,7 +1,9 @@
 //! The heartbeat: every `--heartbeat-interval` this dispatcher writes its load (in flight,
 //! arrivals per second, mean service time, concurrency and capacity) to the store, so any
 //! process, an API-only one included, computes the fleet's scale signal from the live fleet
-//! without Redis. At drain the row is marked draining at once (the dispatcher no longer counts
+//! without Redis. It also carries its [`Tally`] (delivered, failed, shed since it started),
+//! read from the counters the metrics already keep, so the operator console on any process
+//! shows the fleet's rates. At drain the row is marked draining at once (the dispatcher no longer counts
 //! as a replica) and deleted when the drain ends; rows of dispatchers that died without draining
 //! go stale (three intervals) and are purged after [`PURGE_AFTER_INTERVALS`].
 
@@ -9,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{Ctx, Look};
-use crate::store::Heartbeat;
+use crate::metrics::Count;
+use crate::store::{Heartbeat, Tally};
 
 /// Heartbeats older than this many intervals are deleted by whichever dispatcher beats next.
 pub(super) const PURGE_AFTER_INTERVALS: u32 = 60;
@@ -26,6 +29,16 @@ impl Ctx {
         (crate::clock::now_ms() - at).max(0) as f64 / 1000.0
     }
 
+    /// What this dispatcher has done since it started, from its metrics' counters.
+    pub fn tally(&self) -> Tally {
+        let total = |what| self.metrics.endpoints.totals(what);
+        Tally {
+            delivered: total(Count::Delivered),
+            failed: total(Count::AttemptFailed),
+            shed: total(Count::Shed),
+        }
+    }
+
     fn heartbeat(&self, draining: bool) -> Heartbeat {
         let view = self.view(Look::Pool);
         let load = view.pool.load.unwrap_or_default();
@@ -39,6 +52,7 @@ impl Ctx {
             arrivals_per_s: load.arrivals_per_s,
             mean_service_s: load.mean_service_s,
             draining,
+            tally: self.tally(),
         }
     }
 
