@@ -168,7 +168,8 @@ impl FleetRates {
                 rates,
             });
         }
-        f.dispatchers.sort_by(|a, b| a.heartbeat.id.cmp(&b.heartbeat.id));
+        f.dispatchers
+            .sort_by(|a, b| a.heartbeat.id.cmp(&b.heartbeat.id));
         f
     }
 }
@@ -253,8 +254,14 @@ mod tests {
     #[test]
     fn each_dispatcher_is_measured_over_its_own_interval() {
         // a beat 10 s apart, b 4 s apart: the reader's own interval fits neither.
-        let before = [counted("a", 10_000, 100, 10, 0), counted("b", 12_000, 40, 0, 0)];
-        let after = [counted("a", 20_000, 300, 20, 5), counted("b", 16_000, 80, 2, 0)];
+        let before = [
+            counted("a", 10_000, 100, 10, 0),
+            counted("b", 12_000, 40, 0, 0),
+        ];
+        let after = [
+            counted("a", 20_000, 300, 20, 5),
+            counted("b", 16_000, 80, 2, 0),
+        ];
         let f = FleetRates::between(&before, &after);
         let a = f.dispatchers[0].rates.unwrap();
         assert!(close(a.delivered_per_s, 20.0) && close(a.failed_per_s, 1.0));
@@ -288,7 +295,10 @@ mod tests {
 
     #[test]
     fn a_dispatcher_that_disappears_drops_out() {
-        let before = [counted("a", 10_000, 100, 0, 0), counted("b", 10_000, 900, 0, 0)];
+        let before = [
+            counted("a", 10_000, 100, 0, 0),
+            counted("b", 10_000, 900, 0, 0),
+        ];
         let after = [counted("a", 20_000, 200, 0, 0)];
         let f = FleetRates::between(&before, &after);
         assert_eq!(f.dispatchers.len(), 1);
@@ -299,7 +309,10 @@ mod tests {
 
     #[test]
     fn a_dispatcher_that_has_not_beaten_since_has_no_rate() {
-        let same = [counted("a", 10_000, 100, 0, 0), counted("b", 10_000, 5, 0, 0)];
+        let same = [
+            counted("a", 10_000, 100, 0, 0),
+            counted("b", 10_000, 5, 0, 0),
+        ];
         let mut after = same.clone();
         after[1] = counted("b", 15_000, 55, 0, 0);
         let f = FleetRates::between(&same, &after);
