@@ -269,6 +269,8 @@ async fn the_api_process_console_shows_the_fleet_summed_from_heartbeats() {
     );
     for b in &beats {
         assert!(page.contains(&b.id), "dispatcher {} listed: {page}", b.id);
+        assert!(!b.host.is_empty(), "a heartbeat names its host: {b:?}");
+        assert!(page.contains(&b.host), "host {} shown: {page}", b.host);
     }
     // A rate needs a reading a second old; the dispatchers' counts grew since the API's first.
     assert!(

@@ -212,7 +212,7 @@ async fn check_backlog_served_fairly(store: SharedStore) {
     let old = store.heartbeats(0).await.unwrap();
     assert_eq!(old.len(), 1, "{old:?}");
     assert_eq!((old[0].id.as_str(), old[0].in_flight), ("dsp_old", 2));
-    assert_eq!(old[0].tally, Tally::default());
+    assert_eq!((old[0].tally, old[0].host.as_str()), (Tally::default(), ""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,6 +44,7 @@ impl Ctx {
         let load = view.pool.load.unwrap_or_default();
         Heartbeat {
             id: self.id.clone(),
+            host: host_name().to_owned(),
             started_at_ms: self.started_at_ms,
             beat_at_ms: crate::clock::now_ms(),
             in_flight: view.pool.in_flight,
@@ -111,6 +112,19 @@ pub(super) async fn heartbeat(ctx: Arc<Ctx>) {
         };
         tokio::time::sleep(wait).await;
     }
+}
+
+/// The name of this host (a pod's name on Kubernetes), read once; empty when the system does
+/// not say.
+fn host_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|n| n.trim().to_owned())
+            .unwrap_or_default()
+    })
 }
 
 /// How soon a beat that could not name its process's liveness is written again.

@@ -181,6 +181,7 @@ mod tests {
     fn beat(id: &str, at: i64, arrivals: f64, mean: f64, draining: bool) -> Heartbeat {
         Heartbeat {
             id: id.into(),
+            host: "host-a".into(),
             started_at_ms: 0,
             beat_at_ms: at,
             in_flight: 3,

@@ -591,6 +591,8 @@ pub struct EndpointEvent {
 pub struct Heartbeat {
     /// The dispatcher's id (`dsp_…`, new at every start).
     pub id: String,
+    /// The name of the host it runs on (a pod's name on Kubernetes); empty when unknown.
+    pub host: String,
     /// When it started, ms epoch.
     pub started_at_ms: i64,
     /// When this heartbeat was written, ms epoch.

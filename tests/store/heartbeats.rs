@@ -6,6 +6,7 @@ use super::*;
 fn beat(id: &str, at_ms: i64, in_flight: u32) -> Heartbeat {
     Heartbeat {
         id: id.into(),
+        host: format!("{id}.example.internal"),
         started_at_ms: at_ms - 1_000,
         beat_at_ms: at_ms,
         in_flight,

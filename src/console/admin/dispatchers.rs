@@ -1,6 +1,6 @@
-//! The fleet page's dispatcher table: every live dispatcher from its heartbeat, with its age,
-//! its rates over the last minute, what it holds in flight, and its counts since it started,
-//! above the fleet's totals.
+//! The fleet page's dispatcher table: every live dispatcher from its heartbeat (host and id),
+//! with its heartbeat's age, its rates over the last minute, what it holds in flight, and its
+//! counts since it started, above the fleet's totals.
 
 use maud::{Markup, html};
 
@@ -33,6 +33,7 @@ pub fn table(beats: Option<&[Heartbeat]>, rates: Option<&FleetRates>, now_ms: i6
                 @let r = rate_of(&h.id);
                 tr {
                     td data-label="Dispatcher" {
+                        @if !h.host.is_empty() { (h.host) " " }
                         span.mono { (h.id) }
                         " " span.muted { "started " (page::ago(h.started_at_ms, now_ms)) }
                         @if h.draining { " " span.badge.warn { "draining" } }

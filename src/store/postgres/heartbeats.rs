@@ -7,19 +7,19 @@ use crate::store::{Heartbeat, StoreResult, Tally};
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
      concurrency, capacity, arrivals_per_s, mean_service_s, draining, backend_pid, \
-     delivered, failed, shed) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+     delivered, failed, shed, host) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
      ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
      in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
      capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
      mean_service_s = excluded.mean_service_s, draining = excluded.draining, \
      backend_pid = excluded.backend_pid, delivered = excluded.delivered, \
-     failed = excluded.failed, shed = excluded.shed";
+     failed = excluded.failed, shed = excluded.shed, host = excluded.host";
 
 /// Fresh heartbeats of processes still alive: a heartbeat naming a backend that PostgreSQL no
 /// longer has (its process died, closing its connections) is not counted, however young.
 const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
-     arrivals_per_s, mean_service_s, draining, delivered, failed, shed FROM dispatchers \
+     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host FROM dispatchers \
      WHERE beat_at_ms >= $1 \
      AND (backend_pid IS NULL OR backend_pid IN (SELECT pid FROM pg_stat_activity)) \
      ORDER BY id";
@@ -46,6 +46,7 @@ pub(super) async fn beat(
             &count(h.tally.delivered),
             &count(h.tally.failed),
             &count(h.tally.shed),
+            &h.host,
         ],
     )
     .await
@@ -74,6 +75,7 @@ pub(super) async fn since(c: &impl GenericClient, since_ms: i64) -> StoreResult<
                 failed: tally(r.get(10)),
                 shed: tally(r.get(11)),
             },
+            host: r.get(12),
         })
         .collect())
 }

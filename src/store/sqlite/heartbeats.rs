@@ -7,16 +7,17 @@ use super::db;
 use crate::store::{Heartbeat, StoreResult, Tally};
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
-     concurrency, capacity, arrivals_per_s, mean_service_s, draining, delivered, failed, shed) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+     concurrency, capacity, arrivals_per_s, mean_service_s, draining, delivered, failed, shed, \
+     host) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
      ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
      in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
      capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
      mean_service_s = excluded.mean_service_s, draining = excluded.draining, \
-     delivered = excluded.delivered, failed = excluded.failed, shed = excluded.shed";
+     delivered = excluded.delivered, failed = excluded.failed, shed = excluded.shed, \
+     host = excluded.host";
 
 const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
-     arrivals_per_s, mean_service_s, draining, delivered, failed, shed FROM dispatchers \
+     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host FROM dispatchers \
      WHERE beat_at_ms >= ?1 ORDER BY id";
 
 fn finite(v: f64) -> f64 {
@@ -48,6 +49,7 @@ pub(super) fn beat(c: &Connection, h: &Heartbeat) -> StoreResult<()> {
             count(h.tally.delivered),
             count(h.tally.failed),
             count(h.tally.shed),
+            h.host,
         ],
     )
     .map_err(db)?;
@@ -73,6 +75,7 @@ pub(super) fn since(c: &Connection, since_ms: i64) -> StoreResult<Vec<Heartbeat>
                     failed: tally(r.get(10)?),
                     shed: tally(r.get(11)?),
                 },
+                host: r.get(12)?,
             })
         })
         .map_err(db)?;
