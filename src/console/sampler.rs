@@ -238,4 +238,34 @@ mod tests {
         );
         assert!((r - 2.0).abs() < 1e-9);
     }
+
+    #[test]
+    fn fleet_rates_need_heartbeats_in_both_readings() {
+        let t0 = Instant::now();
+        let beat = |at_ms, delivered| Heartbeat {
+            id: "dsp_a".into(),
+            host: String::new(),
+            started_at_ms: 0,
+            beat_at_ms: at_ms,
+            in_flight: 0,
+            concurrency: 1,
+            capacity: 1,
+            arrivals_per_s: 0.0,
+            mean_service_s: 0.0,
+            draining: false,
+            tally: crate::store::Tally {
+                delivered,
+                ..Default::default()
+            },
+        };
+        let with = |beats: Vec<Heartbeat>, at| Reading {
+            fleet: Some(beats.into()),
+            ..reading("", at)
+        };
+        let before = with(vec![beat(10_000, 10)], t0);
+        let after = with(vec![beat(15_000, 60)], t0 + Duration::from_secs(10));
+        let f = fleet_between(&before, &after).expect("both readings have heartbeats");
+        assert!((f.total.delivered_per_s - 10.0).abs() < 1e-9, "{f:?}");
+        assert!(fleet_between(&reading("", t0), &after).is_none());
+    }
 }

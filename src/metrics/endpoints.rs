@@ -415,6 +415,12 @@ mod tests {
         assert_eq!(exported(&s, "ep_c", Count::Delivered), None);
         assert_eq!(s.other[Count::Delivered as usize], 7);
         assert_eq!(sum(&series, Count::Delivered), 12);
+        assert_eq!(
+            series.totals(Count::Delivered),
+            12,
+            "the process's own total"
+        );
+        assert_eq!(series.totals(Count::Shed), 0);
     }
 
     #[test]
