@@ -40,6 +40,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("sql/postgres_007_dispatcher_liveness.sql")),
     (8, include_str!("sql/postgres_008_tenant_shares.sql")),
     (9, include_str!("sql/postgres_009_endpoint_tls_oauth2.sql")),
+    // 10 is taken by a migration on another branch; versions need not be contiguous.
+    (11, include_str!("sql/postgres_011_heartbeat_tally.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

@@ -35,6 +35,8 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("sql/sqlite_005_dispatchers.sql")),
     (6, include_str!("sql/sqlite_006_tenant_shares.sql")),
     (7, include_str!("sql/sqlite_007_endpoint_tls_oauth2.sql")),
+    // 8 is taken by a migration on another branch; versions need not be contiguous.
+    (9, include_str!("sql/sqlite_009_heartbeat_tally.sql")),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.
