@@ -147,17 +147,6 @@ impl Sampler {
     }
 }
 
-/// Counter `name` (summed over labels) per second between two readings; reset-aware.
-pub fn rate_between(before: &Reading, after: &Reading, name: &str) -> f64 {
-    let elapsed = after.at.duration_since(before.at).as_secs_f64();
-    if elapsed <= 0.0 {
-        return 0.0;
-    }
-    let b = before.scrape.sum(name).unwrap_or(0.0);
-    let a = after.scrape.sum(name).unwrap_or(0.0);
-    crate::plan::counter_delta(b, a) / elapsed
-}
-
 /// The fleet's rates between two readings, from the live heartbeats in each (`None` when
 /// either reading has no heartbeats: the store did not answer then).
 pub fn fleet_between(before: &Reading, after: &Reading) -> Option<FleetRates> {
@@ -228,15 +217,6 @@ mod tests {
         assert_eq!(shares[0].0, "a");
         assert!((shares[0].1 - 0.75).abs() < 1e-9);
         assert!((shares[1].1 - 0.25).abs() < 1e-9);
-        let r = rate_between(
-            &reading("webhook_deliveries_ok_total{endpoint=\"x\"} 5\n", t0),
-            &reading(
-                "webhook_deliveries_ok_total{endpoint=\"x\"} 25\n",
-                t0 + Duration::from_secs(10),
-            ),
-            "webhook_deliveries_ok_total",
-        );
-        assert!((r - 2.0).abs() < 1e-9);
     }
 
     #[test]
