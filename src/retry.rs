@@ -216,6 +216,42 @@ fn unit(sample: f64) -> f64 {
     }
 }
 
+/// A wait that doubles after each failure up to a ceiling and starts over after a success: how
+/// the leaser and the settler ride out a store they cannot reach (not a delivery's schedule,
+/// which is [`RetrySchedule`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// The store's reconnect pace: 0.1 s doubling to 5 s.
+    pub const STORE: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+
+    /// Waits of `first`, doubling up to `max`.
+    pub const fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            first,
+            max,
+            next: first,
+        }
+    }
+
+    /// The wait to take now; the one after it is twice as long, up to the ceiling.
+    pub fn next_wait(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = wait.saturating_mul(2).min(self.max);
+        wait
+    }
+
+    /// A success: the next wait is the first again.
+    pub fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,5 +451,14 @@ mod tests {
             let delay = shed_delay(min, max, sample);
             prop_assert!(delay >= min && delay <= max);
         }
+    }
+
+    #[test]
+    fn a_backoff_doubles_to_its_ceiling_and_starts_over_after_a_success() {
+        let mut b = Backoff::STORE;
+        let waits: Vec<u64> = (0..8).map(|_| b.next_wait().as_millis() as u64).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
+        b.reset();
+        assert_eq!(b.next_wait(), Duration::from_millis(100));
     }
 }

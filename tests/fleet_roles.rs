@@ -3,7 +3,12 @@
 //! on its own `--listen`, serving no API route); the API process, which runs no dispatcher,
 //! counts both dispatchers as current replicas from their heartbeats in `/v1/scale` and the
 //! `sluice_fleet_*` gauges; SIGTERM one and the count drops at once, with nothing left leased.
+//! The API process's operator console shows the fleet's deliveries, summed from the
+//! dispatchers' heartbeats.
 
+#[path = "console/client.rs"]
+#[allow(dead_code)]
+mod client;
 mod processes;
 
 use sluice_testkit as support;
@@ -179,6 +184,108 @@ async fn a_killed_dispatcher_stops_counting_before_its_heartbeat_goes_stale() {
         1,
         "the killed dispatcher's row is still young but not live"
     );
+    d2.terminate();
+    api.terminate();
+}
+
+/// The value of the console tile named `key` (`Delivered`), as the page shows it.
+fn tile(page: &str, key: &str) -> Option<String> {
+    let start = format!("<span class=\"k\">{key}</span><span class=\"v\">");
+    let at = page.find(&start)? + start.len();
+    Some(page[at..].split('<').next()?.to_owned())
+}
+
+/// An API process runs no dispatcher, yet its operator console shows what the fleet delivered:
+/// every message sent through it was delivered by the two dispatcher processes, and the page
+/// adds up their heartbeats' counts, lists both, and shows a delivery rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_process_console_shows_the_fleet_summed_from_heartbeats() {
+    const N: u64 = 30;
+    let Some(db) = support::fresh_postgres().await else {
+        return;
+    };
+    let fleet = ["--database-url", &db, "--heartbeat-interval", "1s"];
+    let api = Process::start(&[&fleet[..], &["--role", "api"]].concat()).await;
+    let dispatcher = [&fleet[..], &["--role", "dispatcher"]].concat();
+    let d1 = Process::start(&dispatcher).await;
+    let d2 = Process::start(&dispatcher).await;
+    let c = Client::new(&api.base);
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            current_replicas(&c).await == Some(2)
+        })
+        .await,
+        "current_replicas {:?}",
+        current_replicas(&c).await
+    );
+
+    let rx = receiver::start(Behavior::Fast, false).await.unwrap();
+    let (_, token) = c.tenant("acme").await;
+    c.endpoint(&token, &rx.url(), json!({})).await;
+    for n in 0..N {
+        c.send(&token, "order.paid", json!({ "n": n })).await;
+    }
+    let store = sluice::store::open(Some(&db), std::path::Path::new("."), Default::default())
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            let s = store.queue_stats(sluice::clock::now_ms()).await.unwrap();
+            s.delivered == N && s.ready == 0 && s.leased == 0
+        })
+        .await,
+        "{:?}",
+        store.queue_stats(sluice::clock::now_ms()).await.unwrap()
+    );
+
+    let admin = client::Client::new(&api.base);
+    let login = admin.get("/console/login").await;
+    assert_eq!(login.status, 200, "{}", login.body);
+    let done = admin
+        .submit("/console/login", &login, &[("token", support::ADMIN)])
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let needle = format!("<span id=\"fleet-delivered\">{N}</span>");
+    let shown = || async {
+        let page = admin.get("/console/admin/").await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        page.body
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            shown().await.contains(&needle)
+        })
+        .await,
+        "the API process's console never showed {N} delivered: {}",
+        shown().await
+    );
+    let page = shown().await;
+    let beats = store.heartbeats(0).await.unwrap();
+    assert_eq!(beats.len(), 2, "{beats:?}");
+    assert_eq!(
+        beats.iter().map(|b| b.tally.delivered).sum::<u64>(),
+        N,
+        "the heartbeats carry what each dispatcher delivered: {beats:?}"
+    );
+    for b in &beats {
+        assert!(page.contains(&b.id), "dispatcher {} listed: {page}", b.id);
+        assert!(!b.host.is_empty(), "a heartbeat names its host: {b:?}");
+        assert!(page.contains(&b.host), "host {} shown: {page}", b.host);
+    }
+    // A rate needs a reading a second old; the dispatchers' counts grew since the API's first.
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            tile(&shown().await, "Delivered").is_some_and(|v| v != "—" && v != "0/s")
+        })
+        .await,
+        "no fleet delivery rate: {:?}",
+        tile(&shown().await, "Delivered")
+    );
+    assert!(
+        page.contains("from the live dispatchers' heartbeats"),
+        "{page}"
+    );
+    d1.terminate();
     d2.terminate();
     api.terminate();
 }

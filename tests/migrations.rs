@@ -1,7 +1,8 @@
 //! A database written by an earlier schema opens under this one with nothing lost: endpoints
 //! created before the fan-out index existed are found through it after the upgrade, and take
 //! the TLS and OAuth2 settings added later (SQLite v7, PostgreSQL v9) and a rate limit (SQLite
-//! v8, PostgreSQL v10).
+//! v8, PostgreSQL v10); a backlog from before tenant shares is served fairly, and a heartbeat
+//! from before heartbeats carried a tally (SQLite v9, PostgreSQL v11) reads with a tally of 0.
 
 use sluice_testkit as support;
 
@@ -161,8 +162,11 @@ async fn postgres_v1_database_upgrades_with_its_endpoints_subscribed() {
 }
 
 /// What the version before tenant shares held: two tenants, one endpoint each (then a backlog of
-/// 200 ready deliveries for one and 20 for the other, see [`backlog_rows`]).
+/// 200 ready deliveries for one and 20 for the other, see [`backlog_rows`]), and a dispatcher's
+/// heartbeat from before heartbeats carried a tally.
 const BACKLOG: &[&str] = &[
+    "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
+     arrivals_per_s, mean_service_s, draining) VALUES ('dsp_old', 0, 1, 2, 64, 128, 1.5, 0.25, false)",
     "INSERT INTO tenants (id, name, token_hash, created_at_ms) VALUES \
      ('ten_busy', 'busy', 'hash_busy', 0), ('ten_quiet', 'quiet', 'hash_quiet', 0)",
     "INSERT INTO endpoints (id, tenant_id, url, secret, created_at_ms, updated_at_ms) VALUES \
@@ -217,6 +221,12 @@ async fn check_backlog_served_fairly(store: SharedStore) {
         }
     }
     assert_eq!(seen.len(), 220, "the whole backlog is claimed");
+
+    // A heartbeat from before the tally reads as a dispatcher that has counted nothing yet.
+    let old = store.heartbeats(0).await.unwrap();
+    assert_eq!(old.len(), 1, "{old:?}");
+    assert_eq!((old[0].id.as_str(), old[0].in_flight), ("dsp_old", 2));
+    assert_eq!((old[0].tally, old[0].host.as_str()), (Tally::default(), ""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

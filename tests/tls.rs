@@ -85,11 +85,20 @@ async fn a_private_ca_bundle_lets_https_through_on_one_kept_alive_connection() {
             json!({ "tls_ca_bundle": ca.certificate }),
         )
         .await;
-    // One after another: each delivery goes over the connection the first one opened.
-    for n in 1..=3u64 {
+    // One after another: each delivery goes over the connection the first one opened. The next
+    // is sent once the previous attempt is recorded, which is after its response was read and
+    // the connection went back to the pool (the receiver counts a request when it arrives,
+    // before it answers, so waiting on that count would race the pool).
+    for n in 1..=3usize {
         s.send(&token, "order.created", json!({ "n": n })).await;
-        assert!(eventually(WAIT, || async { rx.record.requests() >= n }).await);
+        assert!(
+            eventually(WAIT, || async {
+                attempts(&s, &token, &id).await.len() >= n
+            })
+            .await
+        );
     }
+    assert_eq!(rx.record.requests(), 3);
     assert_eq!(
         rx.record.handshakes(),
         1,

@@ -101,17 +101,15 @@ async fn run(
 ) {
     let mut batch: Vec<NewMessage> = Vec::with_capacity(MAX_BATCH);
     let mut replies: Vec<Reply> = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some((message, reply)) = next.take() {
+    let mut jobs: Vec<Job> = Vec::with_capacity(MAX_BATCH);
+    // Wait for one message, then take every other one already waiting, up to a batch.
+    while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
+        for (message, reply) in jobs.drain(..) {
             // A producer that has stopped waiting (its deadline passed while the database hung)
             // was told nothing was stored: keep it that way.
             if !reply.is_closed() {
                 batch.push(message);
                 replies.push(reply);
-            }
-            if batch.len() < MAX_BATCH {
-                next = rx.try_recv().ok();
             }
         }
         if batch.is_empty() {

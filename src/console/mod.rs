@@ -18,7 +18,8 @@
 //! - [`charts`]: SVG charts drawn on the server.
 //! - [`portal`]: the tenant's pages: endpoints, evidence, message log, dead letters.
 //! - [`admin`]: the operator's pages: sign-in, fleet, tenants, plan.
-//! - [`sampler`]: readings of this process's metrics kept for rates and occupancy shares.
+//! - [`sampler`]: readings of this process's metrics and of the live dispatchers' heartbeats,
+//!   kept for the fleet's rates and the occupancy shares.
 //! - [`assets`]: the stylesheet, script and icon, embedded in the binary.
 //! - [`settings`]: the console's settings (`--console-…`).
 
@@ -50,7 +51,7 @@ pub struct Console {
     pub settings: Arc<settings::ConsoleSettings>,
     /// The key that signs cookies and CSRF tokens.
     pub keys: Arc<session::Keys>,
-    /// Recent readings of this process's metrics.
+    /// Recent readings of this process's metrics and of the fleet's heartbeats.
     pub sampler: Arc<sampler::Sampler>,
 }
 
@@ -67,7 +68,13 @@ pub fn router(app: &AppState, settings: settings::ConsoleSettings) -> Router {
     let console = Console {
         keys: Arc::new(session::Keys::new(settings.cookie_key.as_deref())),
         settings: Arc::new(settings),
-        sampler: sampler::Sampler::start(&app.metrics),
+        sampler: sampler::Sampler::start(
+            &app.metrics,
+            sampler::FleetSource {
+                store: app.store.clone(),
+                fresh: app.settings.heartbeat_fresh(),
+            },
+        ),
         app: app.clone(),
     };
     session::warm_up(&console);

@@ -1,8 +1,9 @@
-//! Readings of this process's metrics every [`INTERVAL`], kept for [`KEEP`]: the dashboard's
-//! rates and charts are differences between readings, and the occupancy share per host is the
-//! growth of `delivery_duration_seconds_sum{host}` over the last minutes divided by the growth of
-//! its sum over every host,
-//! the same arithmetic `sluice plan` does on two scrapes.
+//! Readings every [`INTERVAL`], kept for [`KEEP`], of this process's metrics and of the live
+//! dispatchers' heartbeats in the store. The dashboard's fleet rates and charts are differences
+//! between two readings of the heartbeats (see [`FleetRates`]), so an API process that runs no
+//! dispatcher shows the whole fleet's deliveries; the occupancy share per host is the growth of
+//! this process's `delivery_duration_seconds_sum{host}` over the last minutes divided by the
+//! growth of its sum over every host, the same arithmetic `sluice plan` does on two scrapes.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -10,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 use crate::plan::Scrape;
+use crate::sizing::fleet::FleetRates;
+use crate::store::{Heartbeat, SharedStore};
 
 /// Time between readings.
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -25,36 +28,66 @@ pub struct Reading {
     pub at_ms: i64,
     /// Every sample.
     pub scrape: Arc<Scrape>,
+    /// The live dispatchers' heartbeats then (`None`: the store did not answer).
+    pub fleet: Option<Arc<[Heartbeat]>>,
+}
+
+/// Where the live heartbeats are read.
+pub struct FleetSource {
+    /// The store the dispatchers beat into.
+    pub store: SharedStore,
+    /// Heartbeats written within this long are live (three heartbeat intervals).
+    pub fresh: Duration,
+}
+
+impl FleetSource {
+    /// The live heartbeats now, or `None` when the store does not answer (logged: the page
+    /// shows no fleet figures rather than wrong ones).
+    pub async fn read(&self) -> Option<Arc<[Heartbeat]>> {
+        let since = crate::clock::now_ms() - self.fresh.as_millis() as i64;
+        match self.store.heartbeats(since).await {
+            Ok(beats) => Some(beats.into()),
+            Err(e) => {
+                tracing::debug!(error = %e, "console: cannot read the heartbeats");
+                None
+            }
+        }
+    }
 }
 
 /// The readings, oldest first.
 pub struct Sampler {
     metrics: Weak<Metrics>,
+    fleet: FleetSource,
     ring: Mutex<VecDeque<Reading>>,
 }
 
 impl Sampler {
-    /// Start reading `metrics` in the background; the task ends when the metrics are dropped.
-    pub fn start(metrics: &Arc<Metrics>) -> Arc<Sampler> {
+    /// Start reading `metrics` and the heartbeats in `fleet` in the background; the task ends
+    /// when the metrics are dropped.
+    pub fn start(metrics: &Arc<Metrics>, fleet: FleetSource) -> Arc<Sampler> {
         let sampler = Arc::new(Sampler {
             metrics: Arc::downgrade(metrics),
+            fleet,
             ring: Mutex::new(VecDeque::new()),
         });
-        sampler.record();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let weak = Arc::downgrade(&sampler);
-            rt.spawn(async move {
-                let mut tick = tokio::time::interval(INTERVAL);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    match weak.upgrade() {
-                        Some(s) if s.metrics.strong_count() > 0 => s.record(),
-                        _ => break,
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let weak = Arc::downgrade(&sampler);
+                rt.spawn(async move {
+                    let mut tick = tokio::time::interval(INTERVAL);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tick.tick().await;
+                        match weak.upgrade() {
+                            Some(s) if s.metrics.strong_count() > 0 => s.record().await,
+                            _ => break,
+                        }
                     }
-                }
-            });
+                });
+            }
+            // Without a runtime (never in a server) the first reading has no fleet figures.
+            Err(_) => sampler.keep(sampler.now()),
         }
         sampler
     }
@@ -68,11 +101,23 @@ impl Sampler {
             at: Instant::now(),
             at_ms: crate::clock::now_ms(),
             scrape: Arc::new(scrape),
+            fleet: None,
         })
     }
 
-    fn record(&self) {
-        let Some(reading) = self.now() else { return };
+    /// A reading taken now with the live heartbeats (not kept).
+    pub async fn now_with_fleet(&self) -> Option<Reading> {
+        let fleet = self.fleet.read().await;
+        self.now().map(|r| Reading { fleet, ..r })
+    }
+
+    async fn record(&self) {
+        let reading = self.now_with_fleet().await;
+        self.keep(reading);
+    }
+
+    fn keep(&self, reading: Option<Reading>) {
+        let Some(reading) = reading else { return };
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         ring.push_back(reading);
         while ring
@@ -102,15 +147,13 @@ impl Sampler {
     }
 }
 
-/// Counter `name` (summed over labels) per second between two readings; reset-aware.
-pub fn rate_between(before: &Reading, after: &Reading, name: &str) -> f64 {
-    let elapsed = after.at.duration_since(before.at).as_secs_f64();
-    if elapsed <= 0.0 {
-        return 0.0;
-    }
-    let b = before.scrape.sum(name).unwrap_or(0.0);
-    let a = after.scrape.sum(name).unwrap_or(0.0);
-    crate::plan::counter_delta(b, a) / elapsed
+/// The fleet's rates between two readings, from the live heartbeats in each (`None` when
+/// either reading has no heartbeats: the store did not answer then).
+pub fn fleet_between(before: &Reading, after: &Reading) -> Option<FleetRates> {
+    Some(FleetRates::between(
+        before.fleet.as_deref()?,
+        after.fleet.as_deref()?,
+    ))
 }
 
 /// Share of attempt-seconds per destination host between two readings, largest first: the
@@ -146,6 +189,7 @@ mod tests {
             at,
             at_ms: 0,
             scrape: Arc::new(Scrape::parse(text).expect("metrics text")),
+            fleet: None,
         }
     }
 
@@ -173,14 +217,35 @@ mod tests {
         assert_eq!(shares[0].0, "a");
         assert!((shares[0].1 - 0.75).abs() < 1e-9);
         assert!((shares[1].1 - 0.25).abs() < 1e-9);
-        let r = rate_between(
-            &reading("webhook_deliveries_ok_total{endpoint=\"x\"} 5\n", t0),
-            &reading(
-                "webhook_deliveries_ok_total{endpoint=\"x\"} 25\n",
-                t0 + Duration::from_secs(10),
-            ),
-            "webhook_deliveries_ok_total",
-        );
-        assert!((r - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn fleet_rates_need_heartbeats_in_both_readings() {
+        let t0 = Instant::now();
+        let beat = |at_ms, delivered| Heartbeat {
+            id: "dsp_a".into(),
+            host: String::new(),
+            started_at_ms: 0,
+            beat_at_ms: at_ms,
+            in_flight: 0,
+            concurrency: 1,
+            capacity: 1,
+            arrivals_per_s: 0.0,
+            mean_service_s: 0.0,
+            draining: false,
+            tally: crate::store::Tally {
+                delivered,
+                ..Default::default()
+            },
+        };
+        let with = |beats: Vec<Heartbeat>, at| Reading {
+            fleet: Some(beats.into()),
+            ..reading("", at)
+        };
+        let before = with(vec![beat(10_000, 10)], t0);
+        let after = with(vec![beat(15_000, 60)], t0 + Duration::from_secs(10));
+        let f = fleet_between(&before, &after).expect("both readings have heartbeats");
+        assert!((f.total.delivered_per_s - 10.0).abs() < 1e-9, "{f:?}");
+        assert!(fleet_between(&reading("", t0), &after).is_none());
     }
 }

@@ -1,5 +1,7 @@
 //! What happens next after an attempt: the one place that turns a response or failure into a
-//! settle outcome, a governor observation, a pause and a disable. Pure, so it is tested alone.
+//! settle outcome, a governor observation and a disable. Pure, so it is tested alone. (A
+//! `Retry-After` pauses the endpoint through the governor, which reads it from the observation;
+//! here it only sets the earliest retry.)
 
 use std::time::Duration;
 
@@ -16,8 +18,6 @@ pub struct Decision {
     pub outcome: SettleOutcome,
     /// What the governor learns.
     pub observation: Observation,
-    /// Pause the whole endpoint for this long (Retry-After on a throttling answer).
-    pub pause: Option<Duration>,
     /// Disable the endpoint with this reason (410 Gone).
     pub disable: Option<String>,
     /// Did the attempt fail (for the error breaker and auto-disable)?
@@ -55,7 +55,6 @@ pub fn decide(
         Ok(r) if (200..300).contains(&r.status) => Decision {
             outcome: SettleOutcome::Delivered,
             observation: Observation::Success,
-            pause: None,
             disable: None,
             failed: false,
             kind,
@@ -64,7 +63,6 @@ pub fn decide(
             // Held, not dropped: the endpoint is disabled and its deliveries wait for re-enable.
             outcome: SettleOutcome::Retry { at_ms: now_ms },
             observation: Observation::OtherFailure,
-            pause: None,
             disable: Some("endpoint answered 410 Gone".into()),
             failed: true,
             kind,
@@ -77,7 +75,6 @@ pub fn decide(
                 observation: Observation::Throttled {
                     retry_after: r.retry_after,
                 },
-                pause,
                 disable: None,
                 failed: true,
                 kind,
@@ -86,7 +83,6 @@ pub fn decide(
         Ok(r) => Decision {
             outcome: retry_or_dead(now_ms, format!("HTTP {}", r.status)),
             observation: Observation::OtherFailure,
-            pause: None,
             disable: None,
             failed: true,
             kind,
@@ -96,7 +92,6 @@ pub fn decide(
                 reason: storable(f.message.as_bytes(), MAX_ERROR_BYTES),
             },
             observation: Observation::OtherFailure,
-            pause: None,
             disable: None,
             failed: true,
             kind,
@@ -113,7 +108,6 @@ pub fn decide(
             } else {
                 Observation::OtherFailure
             },
-            pause: None,
             disable: None,
             failed: true,
             kind,
@@ -181,7 +175,6 @@ mod tests {
             0,
             0.5,
         );
-        assert_eq!(d.pause, Some(Duration::from_secs(120)));
         // The first retry is due after 5 s, but not before the endpoint's Retry-After.
         assert_eq!(d.outcome, SettleOutcome::Retry { at_ms: 120_000 });
         assert!(matches!(d.observation, Observation::Throttled { .. }));
@@ -197,7 +190,9 @@ mod tests {
             0,
             0.5,
         );
-        assert_eq!(d.pause, Some(HOUR));
+        // The retry is due no sooner than the Retry-After, clamped to the longest pause (an
+        // hour here).
+        assert_eq!(d.outcome, SettleOutcome::Retry { at_ms: 3_600_000 });
     }
 
     #[test]
@@ -278,7 +273,6 @@ mod tests {
             let d = decide(&failure(kind), 1, &RetrySchedule::default(), HOUR, 0, 0.5);
             assert!(d.failed, "{kind:?}");
             assert!(matches!(d.outcome, SettleOutcome::Retry { .. }), "{kind:?}");
-            assert!(d.pause.is_none(), "{kind:?}");
             let expected = match kind {
                 ErrorKind::TlsTimeout => Observation::Timeout,
                 _ => Observation::OtherFailure,

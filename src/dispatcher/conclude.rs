@@ -151,7 +151,6 @@ mod tests {
         Decision {
             outcome: SettleOutcome::Delivered,
             observation,
-            pause: None,
             disable: disable.map(str::to_owned),
             failed,
             kind: if failed {
@@ -213,22 +212,20 @@ mod tests {
     }
 
     /// A 429 with Retry-After pauses the endpoint through the governor, capped at `max_pause`,
-    /// and through nothing else: the decision's own `pause` is not what sets it, the breaker
-    /// stays closed, and the rest of the state moves as for any failed attempt.
+    /// and through nothing else: the breaker stays closed, and the rest of the state moves as
+    /// for any failed attempt.
     #[test]
     fn retry_after_pauses_through_the_governor_only() {
         use crate::admission::breaker::BreakerState;
         let (settings, now) = (DispatchSettings::default(), Instant::now());
         let mut s = state(now);
-        let mut throttled = decision(
+        let throttled = decision(
             true,
             Observation::Throttled {
                 retry_after: Some(Duration::from_secs(30)),
             },
             None,
         );
-        // A pause on the decision that disagrees with the governor's: it must not be used.
-        throttled.pause = Some(Duration::from_secs(600));
         let effects = conclude(&mut s, &settings, &throttled, took(MS, 8), now, 0);
         assert_eq!(s.governor.paused_until, Some(now + Duration::from_secs(30)));
         assert_eq!(

@@ -1,7 +1,9 @@
 //! The heartbeat: every `--heartbeat-interval` this dispatcher writes its load (in flight,
 //! arrivals per second, mean service time, concurrency and capacity) to the store, so any
 //! process, an API-only one included, computes the fleet's scale signal from the live fleet
-//! without Redis. At drain the row is marked draining at once (the dispatcher no longer counts
+//! without Redis. It also carries its [`Tally`] (delivered, failed, shed since it started),
+//! read from the counters the metrics already keep, so the operator console on any process
+//! shows the fleet's rates. At drain the row is marked draining at once (the dispatcher no longer counts
 //! as a replica) and deleted when the drain ends; rows of dispatchers that died without draining
 //! go stale (three intervals) and are purged after [`PURGE_AFTER_INTERVALS`].
 
@@ -9,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{Ctx, Look};
-use crate::store::Heartbeat;
+use crate::metrics::Count;
+use crate::store::{Heartbeat, Tally};
 
 /// Heartbeats older than this many intervals are deleted by whichever dispatcher beats next.
 pub(super) const PURGE_AFTER_INTERVALS: u32 = 60;
@@ -26,11 +29,22 @@ impl Ctx {
         (crate::clock::now_ms() - at).max(0) as f64 / 1000.0
     }
 
+    /// What this dispatcher has done since it started, from its metrics' counters.
+    pub fn tally(&self) -> Tally {
+        let total = |what| self.metrics.endpoints.totals(what);
+        Tally {
+            delivered: total(Count::Delivered),
+            failed: total(Count::AttemptFailed),
+            shed: total(Count::Shed),
+        }
+    }
+
     fn heartbeat(&self, draining: bool) -> Heartbeat {
         let view = self.view(Look::Pool);
         let load = view.pool.load.unwrap_or_default();
         Heartbeat {
             id: self.id.clone(),
+            host: host_name().to_owned(),
             started_at_ms: self.started_at_ms,
             beat_at_ms: crate::clock::now_ms(),
             in_flight: view.pool.in_flight,
@@ -39,6 +53,7 @@ impl Ctx {
             arrivals_per_s: load.arrivals_per_s,
             mean_service_s: load.mean_service_s,
             draining,
+            tally: self.tally(),
         }
     }
 
@@ -97,6 +112,19 @@ pub(super) async fn heartbeat(ctx: Arc<Ctx>) {
         };
         tokio::time::sleep(wait).await;
     }
+}
+
+/// The name of this host (a pod's name on Kubernetes), read once; empty when the system does
+/// not say.
+fn host_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|n| n.trim().to_owned())
+            .unwrap_or_default()
+    })
 }
 
 /// How soon a beat that could not name its process's liveness is written again.

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Ctx;
+use crate::retry::Backoff;
 use crate::store::ClaimRequest;
 
 /// Claim batches until drain begins; every delivery a claim returns is handed to a task.
 pub(super) async fn leaser(ctx: Arc<Ctx>) {
     let signal = ctx.store.work_signal();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::STORE;
     loop {
         if ctx.is_draining() {
             return;
@@ -46,7 +47,7 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
             .observe(started.elapsed().as_secs_f64());
         let claimed = match result {
             Ok(batch) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 ctx.tenants.claimed(batch.floor, &batch.claimed, |d| {
                     ctx.expected_cost(&d.endpoint_id)
                 });
@@ -56,12 +57,12 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
                 // The claim may have committed its charges (PostgreSQL sends them ahead of it);
                 // owing them again at worst charges a tenant twice for one claim.
                 ctx.tenants.unapplied(std::mem::take(&mut request.charges));
-                tracing::warn!(error = %e, "claim failed; retrying in {backoff:?}");
+                let wait = backoff.next_wait();
+                tracing::warn!(error = %e, "claim failed; retrying in {wait:?}");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                     _ = ctx.stop_claiming.notified() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
             }
         };

@@ -22,14 +22,11 @@ use super::Ctx;
 use crate::delivery::{MAX_ERROR_BYTES, storable};
 use crate::metrics::{Count, PhaseLabel};
 use crate::notify;
+use crate::retry::Backoff;
 use crate::store::{SettleOutcome, Settlement, Store, StoreError, StoreResult};
 
 /// Most settlements written in one statement.
 const SETTLE_BATCH: usize = 512;
-/// First wait after the store was unreachable; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest wait between writes to an unreachable store.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The last write to an unreachable store is started this long before the settle's deadline:
 /// room for the write's round trip.
 const LEASE_MARGIN: Duration = Duration::from_millis(500);
@@ -61,9 +58,10 @@ struct Meta {
 pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
     let mut batch: Vec<Settlement> = Vec::with_capacity(SETTLE_BATCH);
     let mut metas: Vec<Meta> = Vec::with_capacity(SETTLE_BATCH);
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(item) = next.take() {
+    let mut items: Vec<SettleItem> = Vec::with_capacity(SETTLE_BATCH);
+    // Wait for one settlement, then take every other one already waiting, up to a batch.
+    while rx.recv_many(&mut items, SETTLE_BATCH).await > 0 {
+        for item in items.drain(..) {
             batch.push(item.settlement);
             metas.push(Meta {
                 leased_at: item.leased_at,
@@ -71,9 +69,6 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
                 tenant_id: item.tenant_id,
                 message_id: item.message_id,
             });
-            if batch.len() < SETTLE_BATCH {
-                next = rx.try_recv().ok();
-            }
         }
         let started = Instant::now();
         let span = tracing::debug_span!("settle", batch = batch.len());
@@ -167,7 +162,7 @@ pub(crate) async fn write_batch(
     let mut written = Written::default();
     // A stack, first half on top, so outcomes are written in the order they came.
     let mut todo = vec![Part::Slice(0..batch.len())];
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::STORE;
     while let Some(part) = todo.pop() {
         let items = match &part {
             Part::Slice(range) => &batch[range.clone()],
@@ -185,7 +180,7 @@ pub(crate) async fn write_batch(
                     written.replaced.push(s.delivery_id);
                 }
                 written.applied.extend(ids);
-                backoff = FIRST_BACKOFF;
+                backoff.reset();
             }
             (Err(StoreError::Unavailable(e)), part) => {
                 // The last write is due at `last`; a wait that would pass it is shortened to
@@ -200,10 +195,9 @@ pub(crate) async fn write_batch(
                     written.dropped.extend(left);
                     break;
                 }
-                let wait = backoff.min(last - now);
+                let wait = backoff.next_wait().min(last - now);
                 tracing::warn!(error = %e, n = items_len(&part), "settle failed; retrying in {wait:?}");
                 tokio::time::sleep(wait).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
                 todo.push(part);
             }
             (Err(e), Part::Slice(range)) if range.len() > 1 => {

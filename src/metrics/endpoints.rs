@@ -128,6 +128,10 @@ struct Passes {
 pub struct EndpointSeries {
     top_n: usize,
     live: RwLock<HashMap<String, Live>>,
+    /// What forgotten endpoints had counted, so [`EndpointSeries::totals`] never goes down.
+    /// Written only when an endpoint is forgotten (under the `live` write lock), never on the
+    /// counting path.
+    forgotten: [AtomicU64; COUNTS],
     passes: Mutex<Passes>,
 }
 
@@ -137,6 +141,7 @@ impl EndpointSeries {
         Self {
             top_n,
             live: RwLock::new(HashMap::new()),
+            forgotten: Default::default(),
             passes: Mutex::new(Passes::default()),
         }
     }
@@ -166,6 +171,17 @@ impl EndpointSeries {
         let live = self.live.read().unwrap_or_else(|p| p.into_inner());
         live.get(endpoint)
             .map_or(0, |l| l.counts[what as usize].load(Ordering::Relaxed))
+    }
+
+    /// This process's count of `what` over every endpoint since it started: the sum of the
+    /// live counters plus what forgotten endpoints had counted (monotonic).
+    pub fn totals(&self, what: Count) -> u64 {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+        let known: u64 = live
+            .values()
+            .map(|l| l.counts[what as usize].load(Ordering::Relaxed))
+            .sum();
+        known + self.forgotten[what as usize].load(Ordering::Relaxed)
     }
 
     // The increment happens under the read lock, so a forget (under the write lock) never
@@ -288,7 +304,12 @@ impl EndpointSeries {
                 counts != a.seen || us != a.seen_us
             });
             if !moved {
-                live.remove(&id);
+                if let Some(l) = live.remove(&id) {
+                    let (counts, _) = l.read();
+                    for (f, n) in self.forgotten.iter().zip(counts) {
+                        f.fetch_add(n, Ordering::Relaxed);
+                    }
+                }
                 passes.by_endpoint.remove(&id);
             }
         }
@@ -402,6 +423,12 @@ mod tests {
         assert_eq!(exported(&s, "ep_c", Count::Delivered), None);
         assert_eq!(s.other[Count::Delivered as usize], 7);
         assert_eq!(sum(&series, Count::Delivered), 12);
+        assert_eq!(
+            series.totals(Count::Delivered),
+            12,
+            "the process's own total"
+        );
+        assert_eq!(series.totals(Count::Shed), 0);
     }
 
     #[test]
@@ -445,6 +472,9 @@ mod tests {
         let later = series.pass(t0 + FORGET_AFTER + Duration::from_secs(1));
         assert_eq!(series.total("ep_b", Count::Shed), 0, "forgotten");
         assert_eq!(later.other[Count::Shed as usize], 1, "still counted");
+        assert_eq!(series.totals(Count::Shed), 1, "the process total keeps it");
+        series.count("ep_b", Count::Shed);
+        assert_eq!(series.totals(Count::Shed), 2, "and goes on from there");
         // The top endpoint is kept however idle.
         assert_eq!(series.top(), ["ep_a"]);
     }

@@ -604,6 +604,8 @@ pub struct EndpointEvent {
 pub struct Heartbeat {
     /// The dispatcher's id (`dsp_…`, new at every start).
     pub id: String,
+    /// The name of the host it runs on (a pod's name on Kubernetes); empty when unknown.
+    pub host: String,
     /// When it started, ms epoch.
     pub started_at_ms: i64,
     /// When this heartbeat was written, ms epoch.
@@ -620,4 +622,19 @@ pub struct Heartbeat {
     pub mean_service_s: f64,
     /// Has it begun to drain?
     pub draining: bool,
+    /// What it has done since it started, for fleet-wide rates on any process.
+    pub tally: Tally,
+}
+
+/// A dispatcher's cumulative counts since it started, carried by its heartbeat: a reader takes
+/// rates from two of them (see [`crate::sizing::fleet::FleetRates`]). They start at 0 with
+/// every process, so a count lower than the one before means a restart.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    /// Deliveries answered 2xx.
+    pub delivered: u64,
+    /// Attempts that failed (retried later or dead-lettered).
+    pub failed: u64,
+    /// Deliveries shed at a full lane and requeued (no attempt used).
+    pub shed: u64,
 }

@@ -1,11 +1,12 @@
-//! The dispatchers' heartbeats: upsert by id, fresh ones read back, stale and drained ones
-//! forgotten.
+//! The dispatchers' heartbeats: upsert by id, fresh ones read back with their tallies, stale
+//! and drained ones forgotten.
 
 use super::*;
 
 fn beat(id: &str, at_ms: i64, in_flight: u32) -> Heartbeat {
     Heartbeat {
         id: id.into(),
+        host: format!("{id}.example.internal"),
         started_at_ms: at_ms - 1_000,
         beat_at_ms: at_ms,
         in_flight,
@@ -14,6 +15,11 @@ fn beat(id: &str, at_ms: i64, in_flight: u32) -> Heartbeat {
         arrivals_per_s: 12.5,
         mean_service_s: 0.25,
         draining: false,
+        tally: Tally {
+            delivered: u64::from(in_flight) * 1_000,
+            failed: u64::from(in_flight) * 10,
+            shed: u64::from(in_flight),
+        },
     }
 }
 
@@ -48,6 +54,21 @@ async fn check_heartbeats_upsert_read_and_forget(store: SharedStore) {
         "a rate that is not a number is stored as 0"
     );
     assert_eq!(fresh[1], beat("dsp_b", now - 1_000, 2));
+
+    // The tally is rewritten with every beat, and read back as written, large counts included.
+    assert_eq!(
+        a.tally,
+        Tally {
+            delivered: 7_000,
+            failed: 70,
+            shed: 7
+        }
+    );
+    let mut busy = beat("dsp_c", now - 500, 3);
+    busy.tally.delivered = 5_000_000_000;
+    store.beat(&busy).await.unwrap();
+    let read = store.heartbeats(now - 600).await.unwrap();
+    assert_eq!(read[1], busy);
 
     // Stale rows are not read.
     assert_eq!(store.heartbeats(now - 700).await.unwrap().len(), 2);

@@ -20,7 +20,7 @@
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
-//!   [`tenants`], [`tls`]; [`procs`]: the `sluice serve` and `redis-server` processes of a fleet.
+//!   [`tenants`], [`tls`], [`rate_limited`]; [`procs`]: the `sluice serve` and `redis-server` processes of a fleet.
 
 mod backlog;
 mod chart;
@@ -34,6 +34,7 @@ mod load;
 mod phase;
 mod probe;
 mod procs;
+mod rate_limited;
 mod receiver;
 mod replay;
 mod report;
@@ -71,6 +72,9 @@ pub enum Scenario {
     Throttled,
     /// One tenant enqueues a large backlog while the others send normally.
     Flood,
+    /// An endpoint with a rate limit, offered three times its limit, among healthy ones: what
+    /// it receives per second against its limit, and the healthy endpoints' latency.
+    RateLimited,
     /// A recorded peak shape (mixed, throttling, slow, dead endpoints) at 1×, 2× and 4×: oldest
     /// ready age, pool utilisation, 429 share, with pass/fail verdicts.
     Replay,
@@ -96,6 +100,7 @@ impl Scenario {
             Scenario::DeadEndpoint => "dead-endpoint",
             Scenario::Throttled => "throttled",
             Scenario::Flood => "flood",
+            Scenario::RateLimited => "rate-limited",
             Scenario::Replay => "replay",
             Scenario::Fleet => "fleet",
             Scenario::Tenants => "tenants",
@@ -183,6 +188,10 @@ pub struct BenchArgs {
     /// (default 4).
     #[arg(long)]
     pub lane: Option<u32>,
+    /// rate-limited: the endpoint's limit, events/s (default 50; it is offered three times that
+    /// unless --bad-rate says otherwise, with bursts of twice the limit).
+    #[arg(long)]
+    pub limit: Option<f64>,
     /// throttled: requests the endpoint serves at once before answering 429.
     #[arg(long)]
     pub capacity: Option<usize>,
@@ -289,6 +298,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::DeadEndpoint => dead_endpoint::run(&args).await?,
         Scenario::Throttled => throttled::run(&args).await?,
         Scenario::Flood => flood::run(&args).await?,
+        Scenario::RateLimited => rate_limited::run(&args).await?,
         Scenario::Replay => replay::run(&args).await?,
         Scenario::Fleet => fleet::run(&args).await?,
         Scenario::Tenants => tenants::run(&args).await?,

@@ -68,6 +68,16 @@ pub(crate) enum Bad {
         /// Response time of the noisy tenant's endpoint.
         service: Duration,
     },
+    /// A fast endpoint with a rate limit of `per_second` (bursts of `burst`), sent `rate`
+    /// events/s: what it receives is the limit, and the rest wait their turn in the store.
+    RateLimited {
+        /// The endpoint's `rate_limit.per_second`.
+        per_second: f64,
+        /// Its `rate_limit.burst`.
+        burst: u32,
+        /// Offered events/s.
+        rate: f64,
+    },
     /// `deliveries` ready deliveries already in the store when the load starts, spread over
     /// `endpoints` endpoints of one tenant, all answering at once: drained beside the others.
     Backlog {
@@ -167,7 +177,7 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
             retry_after_s,
         }),
         Bad::Flood { service, .. } => Some(Mode::Slow(service)),
-        Bad::Backlog { .. } => Some(Mode::Fast),
+        Bad::Backlog { .. } | Bad::RateLimited { .. } => Some(Mode::Fast),
     };
     let bad_receiver: Option<Receiver> = match bad_receiver {
         Some(mode) => Some(receiver::start(mode, timeline.clone(), BAD).await?),
@@ -192,6 +202,20 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
             let b = backlog::fill(&store, &r.url(), deliveries, endpoints, &timeline, BAD).await?;
             backlog_setup_s = Some(b.setup_s);
             Some((String::new(), b.first_endpoint))
+        }
+        (
+            Some(r),
+            Bad::RateLimited {
+                per_second, burst, ..
+            },
+        ) => {
+            let token = sluice.tenant(spec.bad_name).await?;
+            let body = serde_json::json!({
+                "url": r.url(),
+                "rate_limit": { "per_second": per_second, "burst": burst },
+            });
+            let id = sluice.endpoint_with(&token, body).await?;
+            Some((token, id))
         }
         (Some(r), _) => Some(sluice.customer(spec.bad_name, &r.url(), lane).await?),
         (None, _) => None,
@@ -226,9 +250,10 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
         .collect();
     if let Some((token, _)) = &bad {
         producers.push(match spec.bad {
-            Bad::Slow { rate, .. } | Bad::Blackhole { rate } | Bad::Capped { rate, .. } => {
-                api.open_loop(token.clone(), BAD, rate, until)
-            }
+            Bad::Slow { rate, .. }
+            | Bad::Blackhole { rate }
+            | Bad::Capped { rate, .. }
+            | Bad::RateLimited { rate, .. } => api.open_loop(token.clone(), BAD, rate, until),
             Bad::Flood {
                 backlog, producers, ..
             } => api.closed_loop(vec![token.clone()], BAD, producers, until, Some(backlog)),

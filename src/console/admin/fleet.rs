@@ -1,22 +1,25 @@
 //! The fleet at a glance: deliveries ok/failed/shed per second, attempts in flight against the
 //! concurrency bound, the autoscaling signal (desired vs current replicas and why), the queue
-//! by state, the oldest ready delivery's age per tenant, and the top destination hosts by
-//! occupancy share over the last minutes with the 15 % alert line (one host holding more than
-//! that share of the worker-seconds is worth a look).
+//! by state, the live dispatchers one by one, the oldest ready delivery's age per tenant, and
+//! the top destination hosts by occupancy share over the last minutes with the 15 % alert line
+//! (one host holding more than that share of the worker-seconds is worth a look).
 //!
-//! Rates and shares are this process's own measurements (its dispatcher, if it runs one); in a
-//! fleet, Prometheus sums them across processes with the same queries.
+//! Rates, counts and in-flight are the whole fleet's, from the live dispatchers' heartbeats in
+//! the store, so an API process that runs no dispatcher shows them too. Occupancy shares are
+//! this process's own measurement (its dispatcher, if it runs one): heartbeats do not carry
+//! per-host time, and Prometheus sums `delivery_duration_seconds` across the fleet.
 
 use std::time::Duration;
 
 use axum::extract::State;
 use maud::{Markup, html};
 
-use super::Operator;
+use super::{Operator, dispatchers};
 use crate::console::Console;
 use crate::console::charts::{self, Series};
 use crate::console::page::{self, ConsoleError};
-use crate::console::sampler::{Reading, occupancy_shares, rate_between};
+use crate::console::sampler::{Reading, fleet_between, occupancy_shares};
+use crate::sizing::fleet::Rates;
 
 /// A host above this share of the worker-seconds is worth a look (the alert threshold).
 pub const OCCUPANCY_THRESHOLD: f64 = 0.15;
@@ -27,28 +30,24 @@ const SHARE_WINDOW: Duration = Duration::from_secs(300);
 /// Hosts and tenants listed.
 const TOP: usize = 10;
 
-const OK: &str = "webhook_deliveries_ok_total";
-const FAILED: &str = "sluice_attempts_failed_total";
-const SHED: &str = "webhook_deliveries_shed_total";
-
 fn tile(key: &str, value: String, sub: String) -> Markup {
     html! { div.tile { span.k { (key) } span.v { (value) } span.s { (sub) } } }
 }
 
 fn rates_chart(readings: &[Reading]) -> Markup {
-    let pairs: Vec<(&Reading, &Reading)> = readings.windows(2).map(|w| (&w[0], &w[1])).collect();
-    let series = |label, class, name| Series {
+    let pairs: Vec<Option<Rates>> = readings
+        .windows(2)
+        .map(|w| fleet_between(&w[0], &w[1]).map(|f| f.total))
+        .collect();
+    let series = |label, class, of: fn(&Rates) -> f64| Series {
         label,
         class,
-        values: pairs
-            .iter()
-            .map(|(a, b)| Some(rate_between(a, b, name)))
-            .collect(),
+        values: pairs.iter().map(|r| r.as_ref().map(of)).collect(),
     };
     let all = [
-        series("ok", "s-ok", OK),
-        series("failed", "s-failed", FAILED),
-        series("shed", "s-shed", SHED),
+        series("ok", "s-ok", |r| r.delivered_per_s),
+        series("failed", "s-failed", |r| r.failed_per_s),
+        series("shed", "s-shed", |r| r.shed_per_s),
     ];
     let span = readings
         .first()
@@ -75,18 +74,19 @@ pub async fn show(
 ) -> Result<Markup, ConsoleError> {
     let app = &console.app;
     let now_ms = crate::clock::now_ms();
-    let now = console.sampler.now();
+    let now = console.sampler.now_with_fleet().await;
     let minute = console.sampler.baseline(RATE_WINDOW);
     let five = console.sampler.baseline(SHARE_WINDOW);
-    let rate = |name: &str| match (&minute, &now) {
-        (Some(a), Some(b)) => page::rate(rate_between(a, b, name)),
-        _ => "—".to_owned(),
+    let rates = match (&minute, &now) {
+        (Some(a), Some(b)) => fleet_between(a, b),
+        _ => None,
     };
-    let gauge = |name: &str| {
-        now.as_ref()
-            .and_then(|r| r.scrape.sum(name))
-            .map_or_else(|| "—".to_owned(), |v| format!("{v:.0}"))
+    let rate = |of: fn(&Rates) -> f64| {
+        rates
+            .as_ref()
+            .map_or_else(|| "—".to_owned(), |f| page::rate(of(&f.total)))
     };
+    let beats = now.as_ref().and_then(|r| r.fleet.clone());
     let stats = app.store.queue_stats(now_ms).await?;
     let fleet = crate::api::scale::fleet(app).await?;
     let signal = crate::api::scale::signal_from(app, &stats, &fleet, None);
@@ -128,15 +128,19 @@ pub async fn show(
         h1 { "Fleet" }
         section.panel data-live="fleet" id="fleet" {
             div.tiles {
-                (tile("Delivered", rate(OK), "2xx, last minute".into()))
-                (tile("Failed", rate(FAILED), "attempts, last minute".into()))
-                (tile("Shed", rate(SHED), "at full lanes, last minute".into()))
-                (tile("In flight", gauge("sluice_in_flight"), format!("of a capacity of {}", gauge("sluice_concurrency_limit"))))
+                (tile("Delivered", rate(|r| r.delivered_per_s), "2xx, last minute".into()))
+                (tile("Failed", rate(|r| r.failed_per_s), "attempts, last minute".into()))
+                (tile("Shed", rate(|r| r.shed_per_s), "at full lanes, last minute".into()))
+                (tile("In flight", fleet.in_flight.to_string(), format!("of a bound of {} on {} dispatchers", fleet.concurrency, fleet.dispatchers)))
                 (tile("Replicas wanted", signal.desired_replicas.to_string(), format!("{} running", signal.current_replicas)))
                 (tile("Oldest ready", if signal.oldest_ready_age_s > 0.0 { page::secs(Some(signal.oldest_ready_age_s)) } else { "none".into() }, format!("target {}", page::secs(Some(signal.target_age_s)))))
                 (tile("Queue", format!("{} ready", stats.ready), format!("{} leased · {} dead", stats.leased, stats.dead)))
             }
             p.note id="scale-reason" { "Autoscaling: " (signal.reason) "." }
+        }
+        section {
+            h2 { "Dispatchers" }
+            (dispatchers::table(beats.as_deref(), rates.as_ref(), now_ms))
         }
         div.grid2 data-live="fleet-charts" {
             (rates_chart(&readings))
@@ -158,7 +162,11 @@ pub async fn show(
             }
             section {
                 h2 { "Hosts by occupancy share" }
-                @if shares.is_empty() { p.muted { "No attempts measured in this window yet." } }
+                @if shares.is_empty() && app.dispatcher.is_none() {
+                    p.muted { "This process runs no dispatcher: shares are measured by each dispatcher (its "
+                        code { "delivery_duration_seconds{host}" } ")." }
+                }
+                @else if shares.is_empty() { p.muted { "No attempts measured in this window yet." } }
                 @else {
                     table.cards id="hosts" {
                         thead { tr { th { "Host" } th.num { "Share" } th.num { "Worker-seconds" } } }
@@ -171,8 +179,13 @@ pub async fn show(
                 }
             }
         }
-        p.note { "Rates and shares are measured by this process (readings every 10 s, kept 15 min); \
-            with several dispatchers, Prometheus sums the same series across the fleet." }
+        p.note id="fleet-note" { "Delivered, failed, shed and in flight are the whole fleet's, from the live \
+            dispatchers' heartbeats in the store: each heartbeat (every " (page::secs(Some(app.settings.heartbeat_interval.as_secs_f64())))
+            ") carries its dispatcher's counts since it started, and a rate is their growth over that \
+            dispatcher's own interval between beats, added up over the dispatchers live now (one that \
+            stopped drops out, one that restarted counts from its start), so the figures trail by up to \
+            one heartbeat. Occupancy shares are measured by this process's own dispatcher only; \
+            Prometheus sums the same series across the fleet. Readings every 10 s, kept 15 min." }
     };
     Ok(operator.page("Fleet", body))
 }

@@ -3,10 +3,13 @@
 //! and governor state, and `sluice plan`'s recommendation on this process's live figures.
 //!
 //! # Layout
-//! - [`fleet`]: rates, in-flight vs capacity, replicas, oldest ready age, occupancy share.
+//! - [`fleet`]: the fleet's rates and in-flight vs capacity from the dispatchers' heartbeats,
+//!   replicas, oldest ready age, occupancy share.
+//! - [`dispatchers`]: the fleet page's table of live dispatchers and the fleet's totals.
 //! - [`tenants`]: tenants and endpoints, and portal links made for a tenant.
 //! - [`plan`](mod@plan): the plan table.
 
+pub mod dispatchers;
 pub mod fleet;
 pub mod plan;
 pub mod tenants;

@@ -3,21 +3,23 @@
 use deadpool_postgres::GenericClient;
 
 use super::pg;
-use crate::store::{Heartbeat, StoreResult};
+use crate::store::{Heartbeat, StoreResult, Tally};
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
-     concurrency, capacity, arrivals_per_s, mean_service_s, draining, backend_pid) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+     concurrency, capacity, arrivals_per_s, mean_service_s, draining, backend_pid, \
+     delivered, failed, shed, host) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
      ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
      in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
      capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
      mean_service_s = excluded.mean_service_s, draining = excluded.draining, \
-     backend_pid = excluded.backend_pid";
+     backend_pid = excluded.backend_pid, delivered = excluded.delivered, \
+     failed = excluded.failed, shed = excluded.shed, host = excluded.host";
 
 /// Fresh heartbeats of processes still alive: a heartbeat naming a backend that PostgreSQL no
 /// longer has (its process died, closing its connections) is not counted, however young.
 const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
-     arrivals_per_s, mean_service_s, draining FROM dispatchers \
+     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host FROM dispatchers \
      WHERE beat_at_ms >= $1 \
      AND (backend_pid IS NULL OR backend_pid IN (SELECT pid FROM pg_stat_activity)) \
      ORDER BY id";
@@ -41,6 +43,10 @@ pub(super) async fn beat(
             &finite(h.mean_service_s),
             &h.draining,
             &backend,
+            &count(h.tally.delivered),
+            &count(h.tally.failed),
+            &count(h.tally.shed),
+            &h.host,
         ],
     )
     .await
@@ -51,6 +57,7 @@ pub(super) async fn beat(
 pub(super) async fn since(c: &impl GenericClient, since_ms: i64) -> StoreResult<Vec<Heartbeat>> {
     let rows = c.query(SINCE, &[&since_ms]).await.map_err(pg)?;
     let count = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+    let tally = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(rows
         .iter()
         .map(|r| Heartbeat {
@@ -63,6 +70,12 @@ pub(super) async fn since(c: &impl GenericClient, since_ms: i64) -> StoreResult<
             arrivals_per_s: r.get(6),
             mean_service_s: r.get(7),
             draining: r.get(8),
+            tally: Tally {
+                delivered: tally(r.get(9)),
+                failed: tally(r.get(10)),
+                shed: tally(r.get(11)),
+            },
+            host: r.get(12),
         })
         .collect())
 }
@@ -78,6 +91,11 @@ pub(super) async fn forget(
     )
     .await
     .map_err(pg)
+}
+
+/// A count as PostgreSQL stores it (`BIGINT`; no process counts past it).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A rate or a mean that is not a number is stored as 0 (no reading).

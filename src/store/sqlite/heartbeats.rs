@@ -4,21 +4,33 @@
 use rusqlite::{Connection, params};
 
 use super::db;
-use crate::store::{Heartbeat, StoreResult};
+use crate::store::{Heartbeat, StoreResult, Tally};
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
-     concurrency, capacity, arrivals_per_s, mean_service_s, draining) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+     concurrency, capacity, arrivals_per_s, mean_service_s, draining, delivered, failed, shed, \
+     host) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
      ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
      in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
      capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
-     mean_service_s = excluded.mean_service_s, draining = excluded.draining";
+     mean_service_s = excluded.mean_service_s, draining = excluded.draining, \
+     delivered = excluded.delivered, failed = excluded.failed, shed = excluded.shed, \
+     host = excluded.host";
 
 const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
-     arrivals_per_s, mean_service_s, draining FROM dispatchers WHERE beat_at_ms >= ?1 ORDER BY id";
+     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host FROM dispatchers \
+     WHERE beat_at_ms >= ?1 ORDER BY id";
 
 fn finite(v: f64) -> f64 {
     if v.is_finite() { v.max(0.0) } else { 0.0 }
+}
+
+/// A count as SQLite stores it (a signed 64-bit integer; no process counts past it).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn tally(stored: i64) -> u64 {
+    u64::try_from(stored).unwrap_or(0)
 }
 
 pub(super) fn beat(c: &Connection, h: &Heartbeat) -> StoreResult<()> {
@@ -34,6 +46,10 @@ pub(super) fn beat(c: &Connection, h: &Heartbeat) -> StoreResult<()> {
             finite(h.arrivals_per_s),
             finite(h.mean_service_s),
             h.draining,
+            count(h.tally.delivered),
+            count(h.tally.failed),
+            count(h.tally.shed),
+            h.host,
         ],
     )
     .map_err(db)?;
@@ -54,6 +70,12 @@ pub(super) fn since(c: &Connection, since_ms: i64) -> StoreResult<Vec<Heartbeat>
                 arrivals_per_s: r.get(6)?,
                 mean_service_s: r.get(7)?,
                 draining: r.get(8)?,
+                tally: Tally {
+                    delivered: tally(r.get(9)?),
+                    failed: tally(r.get(10)?),
+                    shed: tally(r.get(11)?),
+                },
+                host: r.get(12)?,
             })
         })
         .map_err(db)?;
