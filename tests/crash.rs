@@ -3,7 +3,6 @@
 
 use sluice_testkit as support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
@@ -11,12 +10,14 @@ use sluice::store::{DeliveryFilter, DeliveryState, Store};
 use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, eventually, free_port};
 
-fn spawn(data: &std::path::Path, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
+mod processes;
+use processes::Process;
+
+/// `sluice serve` on `port` with its store in `data`, up once `/readyz` answers 200.
+async fn serve(data: &std::path::Path, port: u16) -> Process {
+    let p = Process::command("serve")
+        .listen_on(port)
+        .args(&[
             "--allow-network",
             "127.0.0.0/8",
             "--read-timeout",
@@ -32,23 +33,9 @@ fn spawn(data: &std::path::Path, port: u16) -> Child {
         .arg(data)
         .env("SLUICE_ADMIN_TOKEN", ADMIN)
         .env("SLUICE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sluice")
-}
-
-async fn wait_up(http: &reqwest::Client, base: &str) {
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            http.get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
-        .await,
-        "sluice did not start"
-    );
+        .spawn();
+    assert!(p.answers("/readyz").await, "sluice did not start");
+    p
 }
 
 async fn post(
@@ -79,8 +66,7 @@ async fn sigkill_mid_delivery_loses_nothing() {
         .await
         .unwrap();
 
-    let mut child = spawn(dir.path(), port);
-    wait_up(&http, &base).await;
+    let child = serve(dir.path(), port).await;
     let tenant = post(&http, &base, ADMIN, "/v1/tenants", json!({"name": "t"})).await;
     let token = tenant["token"].as_str().unwrap().to_owned();
     post(
@@ -110,23 +96,20 @@ async fn sigkill_mid_delivery_loses_nothing() {
         })
         .await
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     let before = rx.record.requests();
     assert!(
         before < 24,
         "everything finished before the kill; the test proves nothing"
     );
 
-    let mut child = spawn(dir.path(), port);
-    wait_up(&http, &base).await;
+    let child = serve(dir.path(), port).await;
     let all = eventually(Duration::from_secs(60), || async {
         let got = rx.record.distinct_ids();
         ids.iter().all(|id| got.contains(id))
     })
     .await;
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.kill();
     assert!(
         all,
         "lost deliveries: {} of {} arrived",
@@ -148,8 +131,7 @@ async fn sigterm_drains_leaving_nothing_leased_and_nothing_lost() {
     let rx = receiver::start(Behavior::Slow(Duration::from_millis(1500)), true)
         .await
         .unwrap();
-    let mut child = spawn(dir.path(), port);
-    wait_up(&http, &base).await;
+    let child = serve(dir.path(), port).await;
     let tenant = post(&http, &base, ADMIN, "/v1/tenants", json!({"name": "t"})).await;
     let token = tenant["token"].as_str().unwrap().to_owned();
     post(
@@ -176,17 +158,10 @@ async fn sigterm_drains_leaving_nothing_leased_and_nothing_lost() {
         })
         .await
     );
-    let pid = child.id() as i32;
-    // SAFETY-free: plain kill(2) through the shell utility.
-    let status = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap())
+    // SIGTERM, then wait off the runtime: the receiver keeps answering while sluice drains.
+    tokio::task::spawn_blocking(move || child.terminate())
         .await
         .unwrap();
-    assert!(exit.success(), "sluice exited with {exit:?}");
 
     let store =
         sluice::store::sqlite::SqliteStore::open(&dir.path().join("sluice.db"), Default::default())

@@ -11,14 +11,17 @@ use serde_json::json;
 use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, eventually, free_port};
 
-struct Killed(Vec<Child>);
+mod processes;
+use processes::Process;
 
-impl Drop for Killed {
+/// A redis-server child, killed on drop. Kept here rather than in `processes`: it is not sluice,
+/// and this test stops and restarts it on the same port mid-run.
+struct Redis(Child);
+
+impl Drop for Redis {
     fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -40,14 +43,13 @@ fn redis_server(port: u16) -> Option<Child> {
         .ok()
 }
 
-fn sluice(db: &str, redis: &str, role: &str, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
+/// A `sluice serve` of `role` on the shared database and Redis.
+fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
+    Process::command("serve")
+        .listen()
+        .args(&[
             "--role",
             role,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
             "--database-url",
             db,
             "--redis-url",
@@ -59,10 +61,6 @@ fn sluice(db: &str, redis: &str, role: &str, port: u16) -> Child {
         ])
         .env("SLUICE_ADMIN_TOKEN", ADMIN)
         .env("SLUICE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sluice")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,32 +74,21 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
         eprintln!("SKIPPED: redis-server not found");
         return;
     };
-    let mut guard = Killed(vec![redis]);
+    let mut redis = Redis(redis);
     let redis_url = format!("redis://127.0.0.1:{redis_port}");
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let rx = receiver::start(Behavior::Slow(Duration::from_millis(300)), true)
         .await
         .unwrap();
-    let api_port = free_port();
-    let base = format!("http://127.0.0.1:{api_port}");
-    guard.0.push(sluice(&db, &redis_url, "all", api_port));
+    let all = sluice(&db, &redis_url, "all").spawn();
+    let base = all.base.clone();
     let http = support::http();
-    assert!(
-        eventually(Duration::from_secs(30), || async {
-            http.get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
-        .await
-    );
-    guard
-        .0
-        .push(sluice(&db, &redis_url, "dispatcher", free_port()));
-    guard
-        .0
-        .push(sluice(&db, &redis_url, "dispatcher", free_port()));
+    assert!(all.answers("/readyz").await);
+    let _dispatchers = [
+        sluice(&db, &redis_url, "dispatcher").spawn(),
+        sluice(&db, &redis_url, "dispatcher").spawn(),
+    ];
 
     let post = |token: String, path: &'static str, body: serde_json::Value| {
         let http = http.clone();
@@ -146,9 +133,8 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
     );
     // Stop Redis mid-run.
     let peak_before = rx.record.reset_peak();
-    let mut redis = guard.0.remove(0);
-    redis.kill().unwrap();
-    redis.wait().unwrap();
+    redis.0.kill().unwrap();
+    redis.0.wait().unwrap();
     let at_outage = rx.record.requests();
     assert!(
         eventually(Duration::from_secs(60), || async {
@@ -159,7 +145,7 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
     );
     let peak_outage = rx.record.reset_peak();
     // Start it again on the same port.
-    guard.0.insert(0, redis_server(redis_port).unwrap());
+    let _restarted = Redis(redis_server(redis_port).unwrap());
     let all = eventually(Duration::from_secs(120), || async {
         let got = rx.record.distinct_ids();
         ids.iter().all(|id| got.contains(id))
@@ -186,25 +172,13 @@ async fn a_dispatcher_process_serves_health_and_metrics_on_its_listen_address() 
     let Some(db) = support::fresh_postgres().await else {
         return;
     };
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--role",
-            "dispatcher",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--database-url",
-            &db,
-        ])
+    let dispatcher = Process::command("serve")
+        .listen()
+        .args(&["--role", "dispatcher", "--database-url", &db])
         .env("SLUICE_ADMIN_TOKEN", ADMIN)
         .env("SLUICE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn sluice");
-    let _guard = Killed(vec![child]);
-    let base = format!("http://127.0.0.1:{port}");
+        .spawn();
+    let base = dispatcher.base.clone();
     let http = support::http();
     let get = |path: &'static str| {
         let http = http.clone();

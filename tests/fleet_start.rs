@@ -4,48 +4,15 @@
 
 use sluice_testkit as support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::free_port;
+mod processes;
+use processes::Process;
 
-/// A started process and everything it has printed so far.
-struct Proc {
-    child: Child,
-    port: u16,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn collect(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let sink = text.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stream).lines().map_while(Result::ok) {
-            let mut s = sink.lock().unwrap_or_else(|p| p.into_inner());
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
-    text
-}
-
-fn spawn(db: &str) -> Proc {
-    let port = free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
+fn spawn(db: &str) -> Process {
+    Process::command("serve")
+        .listen()
+        .args(&[
             "--database-url",
             db,
             "--concurrency",
@@ -56,32 +23,21 @@ fn spawn(db: &str) -> Proc {
         // No admin token from the environment: the fleet must agree on a generated one.
         .env_remove("SLUICE_ADMIN_TOKEN")
         .env("SLUICE_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn sluice");
-    let stdout = collect(child.stdout.take().expect("stdout"));
-    let stderr = collect(child.stderr.take().expect("stderr"));
-    Proc {
-        child,
-        port,
-        stdout,
-        stderr,
-    }
 }
 
-fn report(procs: &mut [Proc]) -> String {
+fn report(procs: &mut [Process]) -> String {
     procs
         .iter_mut()
         .enumerate()
         .map(|(i, p)| {
+            let exited = p.exited();
             format!(
                 "process {i} (port {}, {:?}):\n--- stdout\n{}--- stderr\n{}",
                 p.port,
-                p.child.try_wait().ok().flatten(),
-                p.stdout.lock().unwrap_or_else(|e| e.into_inner()),
-                p.stderr.lock().unwrap_or_else(|e| e.into_inner()),
+                exited,
+                p.stdout_so_far(),
+                p.stderr_so_far(),
             )
         })
         .collect::<Vec<_>>()
@@ -95,15 +51,12 @@ async fn three_processes_started_at_once_on_an_empty_database_all_become_ready()
         let Some(db) = support::fresh_postgres().await else {
             return;
         };
-        let mut procs: Vec<Proc> = (0..3).map(|_| spawn(&db)).collect();
+        let mut procs: Vec<Process> = (0..3).map(|_| spawn(&db)).collect();
 
         let until = Instant::now() + Duration::from_secs(60);
         let mut ready = [false; 3];
         while !ready.iter().all(|r| *r) {
-            if let Some(i) = procs
-                .iter_mut()
-                .position(|p| matches!(p.child.try_wait(), Ok(Some(_))))
-            {
+            if let Some(i) = procs.iter_mut().position(|p| p.exited().is_some()) {
                 panic!(
                     "round {round}: process {i} exited while starting\n{}",
                     report(&mut procs)
@@ -132,7 +85,7 @@ async fn three_processes_started_at_once_on_an_empty_database_all_become_ready()
         let printed: Vec<String> = procs
             .iter()
             .filter_map(|p| {
-                let err = p.stderr.lock().unwrap_or_else(|e| e.into_inner());
+                let err = p.stderr_so_far();
                 let lines: Vec<serde_json::Value> = err
                     .lines()
                     .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
@@ -144,7 +97,7 @@ async fn three_processes_started_at_once_on_an_empty_database_all_become_ready()
             })
             .collect();
         for p in &procs {
-            let out = p.stdout.lock().unwrap_or_else(|e| e.into_inner());
+            let out = p.stdout_so_far();
             assert!(out.is_empty(), "a stray line on stdout: {out}");
         }
         assert_eq!(
@@ -168,10 +121,7 @@ async fn three_processes_started_at_once_on_an_empty_database_all_become_ready()
             );
         }
         for (i, p) in procs.iter_mut().enumerate() {
-            assert!(
-                p.child.try_wait().expect("try_wait").is_none(),
-                "round {round}: process {i} exited"
-            );
+            assert!(p.exited().is_none(), "round {round}: process {i} exited");
         }
     }
 }

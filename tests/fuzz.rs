@@ -16,7 +16,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use reqwest::Method;
 use serde_json::{Map, Value, json};
 use sluice_testkit::receiver::{self, Behavior};
-use support::{ADMIN, Sluice, test_settings};
+use support::{ADMIN, Sluice};
 
 /// Cases per store: each sends every operation once, so a case is ~50 requests.
 const CASES: u32 = 32;
@@ -346,8 +346,11 @@ async fn world(s: &Sluice) -> World {
     }
 }
 
-fn fuzz(raw: sluice::config::RawSettings) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
+/// Blocking: the proptest runner calls `block_on` once per case.
+fn arbitrary_strings_never_get_a_5xx_or_a_panic(
+    rt: &tokio::runtime::Runtime,
+    raw: sluice::config::RawSettings,
+) {
     let s = rt.block_on(Sluice::start(raw));
     let w = rt.block_on(world(&s));
     let (_, doc) = rt.block_on(s.get(ADMIN, "/openapi.json"));
@@ -373,19 +376,4 @@ fn fuzz(raw: sluice::config::RawSettings) {
     rt.block_on(s.stop());
 }
 
-#[test]
-fn sqlite_arbitrary_strings_never_get_a_5xx_or_a_panic() {
-    fuzz(test_settings());
-}
-
-#[test]
-fn postgres_arbitrary_strings_never_get_a_5xx_or_a_panic() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let Some(url) = rt.block_on(support::fresh_postgres()) else {
-        return;
-    };
-    drop(rt);
-    let mut raw = test_settings();
-    raw.database_url = Some(url);
-    fuzz(raw);
-}
+support::drivers!(blocking: arbitrary_strings_never_get_a_5xx_or_a_panic);

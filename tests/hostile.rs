@@ -15,7 +15,7 @@ use sluice::config::RawSettings;
 use sluice::delivery::storable;
 use sluice::dispatcher::DispatchSettings;
 use sluice_testkit::receiver::{self, Behavior, Receiver};
-use support::{Sluice, eventually, test_settings};
+use support::{Sluice, eventually};
 
 /// Healthy endpoints, all subscribed to every message of the healthy tenant.
 const HEALTHY: usize = 20;
@@ -196,17 +196,4 @@ async fn send(
     body["id"].as_str().expect("id").to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_hostile_receivers_never_stop_healthy_delivery() {
-    hostile_receivers_never_stop_healthy_delivery(test_settings()).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_hostile_receivers_never_stop_healthy_delivery() {
-    let Some(url) = support::fresh_postgres().await else {
-        return;
-    };
-    let mut raw = test_settings();
-    raw.database_url = Some(url);
-    hostile_receivers_never_stop_healthy_delivery(raw).await;
-}
+support::drivers!(hostile_receivers_never_stop_healthy_delivery);

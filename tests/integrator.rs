@@ -1,7 +1,7 @@
 //! What a platform team integrating sluice relies on, end to end through the HTTP API against
 //! real receivers on loopback: custom headers on every attempt, Ed25519 `v1a` signatures (checked
 //! by an independent implementation), wildcard filters, the message log's filters, resend and
-//! recover. Where the store is involved the test runs on both drivers.
+//! recover. Where the store is involved the test runs on both drivers (`sluice_testkit::drivers!`).
 
 #[path = "integrator/capture.rs"]
 mod capture;
@@ -19,54 +19,10 @@ use sluice_testkit as support;
 use std::time::Duration;
 
 use serde_json::Value;
-use sluice::config::RawSettings;
-use support::{Sluice, eventually, test_settings};
+use support::{Sluice, eventually};
 
 /// Longest wait for something the dispatcher does.
 pub const WAIT: Duration = Duration::from_secs(20);
-
-/// Which store a test runs on.
-#[derive(Debug, Clone, Copy)]
-pub enum Driver {
-    /// The embedded default.
-    Sqlite,
-    /// A fresh PostgreSQL database (skipped loudly without one, failed in CI).
-    Postgres,
-}
-
-/// Run one test body on both drivers.
-#[macro_export]
-macro_rules! both_drivers {
-    ($($check:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    super::$check($crate::Driver::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    super::$check($crate::Driver::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
-/// A sluice on `driver` with `tweak` applied to the test settings; `None` when PostgreSQL is
-/// asked for and there is none (outside CI).
-pub async fn start(driver: Driver, tweak: impl FnOnce(&mut RawSettings)) -> Option<Sluice> {
-    let mut raw = test_settings();
-    if let Driver::Postgres = driver {
-        raw.database_url = Some(support::fresh_postgres().await?);
-    }
-    tweak(&mut raw);
-    Some(Sluice::start(raw).await)
-}
 
 /// GET that must answer 200.
 pub async fn get_ok(s: &Sluice, token: &str, path: &str) -> Value {

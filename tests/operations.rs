@@ -3,90 +3,32 @@
 //! start-up errors that say what failed, once, and what to do, a settings file whose admin
 //! token is refused with the way to give one, and `sluice migrate` with only its own flags.
 
-use std::io::Read;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use sluice_testkit::receiver::{self as receivers, Behavior};
 use sluice_testkit::{eventually, free_port, http};
 
+mod processes;
+use processes::{Builder, Process};
+
 const ADMIN: &str = "operations-admin-token-0123456789";
 
-fn sluice() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-    c.env_remove("SLUICE_LOG")
+/// `sluice SUBCOMMAND` without the log, colour and database settings of the environment.
+fn sluice(subcommand: &str) -> Builder {
+    Process::command(subcommand)
+        .env_remove("SLUICE_LOG")
         .env_remove("NO_COLOR")
         .env_remove("SLUICE_DATABASE_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Run to completion (bounded), for commands that must fail at start.
-fn run(c: &mut Command) -> Output {
-    let mut child = c.spawn().expect("spawn sluice");
-    let until = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("try_wait").is_none() {
-        assert!(Instant::now() < until, "sluice did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
-/// SIGTERM (the way an orchestrator stops it), then everything it wrote.
-fn stop(mut child: Child) -> (String, String) {
-    let pid = child.id().to_string();
-    let killed = Command::new("kill").args(["-TERM", &pid]).status();
-    assert!(killed.is_ok_and(|s| s.success()), "kill -TERM {pid}");
-    let until = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().expect("try_wait").is_none() {
-        assert!(Instant::now() < until, "sluice did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (out, err)
-}
-
-async fn up(base: &str) -> bool {
-    let client = http();
-    eventually(Duration::from_secs(30), || async {
-        client
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_logs_are_json_lines_with_the_access_log_and_delivery_spans() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let base = format!("http://127.0.0.1:{port}");
-    let child = sluice()
-        .args([
-            "serve",
-            "--log-format",
-            "json",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args([
+    let child = sluice("serve")
+        .args(&["--log-format", "json"])
+        .listen()
+        .args(&[
             "--allow-network",
             "127.0.0.0/8",
             "--sqlite-synchronous",
@@ -96,9 +38,9 @@ async fn json_logs_are_json_lines_with_the_access_log_and_delivery_spans() {
         .arg(dir.path())
         .env("SLUICE_ADMIN_TOKEN", ADMIN)
         .env("SLUICE_LOG", "info,sluice::dispatcher=debug")
-        .spawn()
-        .unwrap();
-    assert!(up(&base).await, "sluice did not come up");
+        .spawn();
+    let base = child.base.clone();
+    assert!(child.answers("/healthz").await, "sluice did not come up");
     let rx = receivers::start(Behavior::Fast, false).await.unwrap();
     let client = http();
     let post = |token: &str, path: &str, body: Value| {
@@ -135,7 +77,8 @@ async fn json_logs_are_json_lines_with_the_access_log_and_delivery_spans() {
     );
     // Let the settle be written (and logged) before stopping.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (out, err) = stop(child);
+    let stopped = child.sigterm_within();
+    let (out, err) = (stopped.stdout, stopped.stderr);
 
     assert_eq!(out, "", "nothing on stdout");
     assert!(!err.contains('\u{1b}'), "no colour codes in JSON logs");
@@ -175,17 +118,16 @@ async fn json_logs_are_json_lines_with_the_access_log_and_delivery_spans() {
 #[test]
 fn text_logs_to_a_pipe_have_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let child = sluice()
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+    let child = sluice("serve")
+        .listen()
         .arg("--data-dir")
         .arg(dir.path())
         .env("SLUICE_ADMIN_TOKEN", ADMIN)
-        .spawn()
-        .unwrap();
+        .spawn();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    assert!(rt.block_on(up(&format!("http://127.0.0.1:{port}"))));
-    let (out, err) = stop(child);
+    assert!(rt.block_on(child.answers("/healthz")));
+    let stopped = child.sigterm_within();
+    let (out, err) = (stopped.stdout, stopped.stderr);
     assert_eq!(out, "");
     assert!(err.contains("sluice listening on"), "{err}");
     assert!(
@@ -199,13 +141,14 @@ fn an_address_in_use_is_said_once_with_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let out = run(sluice()
-        .args(["serve", "--listen", &addr.to_string()])
+    let out = sluice("serve")
+        .args(&["--listen", &addr.to_string()])
         .arg("--data-dir")
         .arg(dir.path())
-        .env("SLUICE_ADMIN_TOKEN", ADMIN));
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .run();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = out.stderr;
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
     assert_eq!(err.matches("Address already in use").count(), 1, "{err}");
     assert!(
@@ -218,19 +161,20 @@ fn an_address_in_use_is_said_once_with_what_to_do() {
 fn an_unreachable_postgresql_is_named_with_what_to_do() {
     let port = free_port();
     let url = format!("postgres://sluice@127.0.0.1:{port}/sluice");
-    let out = run(sluice()
-        .args(["serve", "--listen", "127.0.0.1:0", "--database-url", &url])
-        .env("SLUICE_ADMIN_TOKEN", ADMIN));
+    let out = sluice("serve")
+        .args(&["--listen", "127.0.0.1:0", "--database-url", &url])
+        .env("SLUICE_ADMIN_TOKEN", ADMIN)
+        .run();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = out.stderr;
     assert!(
         err.contains(&format!("127.0.0.1:{port}")),
         "names the host: {err}"
     );
     assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
     assert!(err.contains("check that the database is running"), "{err}");
-    let out = run(sluice().args(["migrate", "--database-url", &url]));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = sluice("migrate").args(&["--database-url", &url]).run();
+    let err = out.stderr;
     assert!(
         !out.status.success() && err.contains(&format!("127.0.0.1:{port}")),
         "{err}"
@@ -246,38 +190,31 @@ fn an_admin_token_in_the_settings_file_says_to_use_the_environment() {
         "lane-size = 4\nadmin_token = \"sk_admin_0123456789abcdef\"\n",
     )
     .unwrap();
-    let out = run(sluice().arg("serve").arg("--config").arg(&file));
+    let out = sluice("serve").arg("--config").arg(&file).run();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = out.stderr;
     assert!(
         err.contains("SLUICE_ADMIN_TOKEN") && err.contains("line 2"),
         "{err}"
     );
     // The example file next to the code starts a sluice as it is.
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/sluice.example.toml");
-    let port = free_port();
-    let child = sluice()
-        .args([
-            "serve",
-            "--config",
-            example,
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
+    let child = sluice("serve")
+        .args(&["--config", example])
+        .listen()
         .arg("--data-dir")
         .arg(dir.path())
         .env("SLUICE_ADMIN_TOKEN", ADMIN)
-        .spawn()
-        .unwrap();
+        .spawn();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    assert!(rt.block_on(up(&format!("http://127.0.0.1:{port}"))));
-    stop(child);
+    assert!(rt.block_on(child.answers("/healthz")));
+    child.sigterm_within();
 }
 
 #[test]
 fn migrate_documents_only_its_own_flags_and_migrates() {
-    let out = run(sluice().args(["migrate", "--help"]));
-    let help = String::from_utf8_lossy(&out.stdout);
+    let out = sluice("migrate").args(&["--help"]).run();
+    let help = out.stdout;
     for own in ["--database-url", "--data-dir", "--config"] {
         assert!(help.contains(own), "{own}: {help}");
     }
@@ -290,12 +227,8 @@ fn migrate_documents_only_its_own_flags_and_migrates() {
         assert!(!help.contains(foreign), "{foreign} is serve's: {help}");
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = run(sluice().arg("migrate").arg("--data-dir").arg(dir.path()));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("store migrated: sqlite "));
+    let out = sluice("migrate").arg("--data-dir").arg(dir.path()).run();
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.stdout.starts_with("store migrated: sqlite "));
     assert!(dir.path().join("sluice.db").exists());
 }

@@ -2,42 +2,25 @@
 //! refused (401), so sluice records a failed attempt instead of a delivery, and what it prints
 //! cannot drive the terminal (control characters are shown escaped).
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use sluice::signing::{Secret, SigningKey, signature_header};
 
-struct Receiver {
-    child: Child,
-    base: String,
-}
+mod processes;
+use processes::Process;
 
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-    }
-}
-
-fn start(secret: &str) -> Receiver {
-    let port = sluice_testkit::free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["receive", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--secret", secret])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+/// `sluice receive` on a free port with `secret`.
+fn start(secret: &str) -> Process {
+    Process::command("receive")
+        .listen()
+        .args(&["--secret", secret])
         .spawn()
-        .expect("spawn sluice receive");
-    Receiver {
-        child,
-        base: format!("http://127.0.0.1:{port}"),
-    }
 }
 
 #[tokio::test]
 async fn a_bad_signature_is_refused_and_bodies_print_escaped() {
     let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    let mut rx = start(secret);
+    let rx = start(secret);
     let http = sluice_testkit::http();
     let url = format!("{}/hook", rx.base);
     assert!(
@@ -75,14 +58,7 @@ async fn a_bad_signature_is_refused_and_bodies_print_escaped() {
         .unwrap();
     assert_eq!(stale.status(), 401);
 
-    let _ = rx.child.kill();
-    let mut out = String::new();
-    rx.child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
+    let out = rx.kill().stdout;
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
     assert!(out.contains("msg_1 signature verified"), "{out}");
     assert!(out.contains("\\u{1b}[2J"), "{out}");

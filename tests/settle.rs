@@ -6,7 +6,7 @@
 //! - A batch mixing a settlement the store refuses with good ones: the good ones apply exactly
 //!   once and the bad one is settled with a storable record.
 //!
-//! SQLite always; PostgreSQL when `SLUICE_TEST_DATABASE_URL` is set.
+//! `sqlite::…` always; `postgres::…` when `SLUICE_TEST_DATABASE_URL` is set (required in CI).
 
 use sluice_testkit as support;
 
@@ -88,29 +88,6 @@ async fn delivery(store: &SharedStore, t: &Tenant, id: i64) -> DeliveryView {
         .expect("list deliveries");
     assert_eq!(found.first().map(|d| d.id), Some(id));
     found.into_iter().next().unwrap()
-}
-
-/// Run `check` against a fresh SQLite store, on a runtime of its own.
-fn on_sqlite(check: impl FnOnce(&tokio::runtime::Runtime, SharedStore)) {
-    let rt = runtime();
-    let (store, _dir) = support::fresh_sqlite();
-    check(&rt, store);
-}
-
-/// Run `check` against a fresh PostgreSQL database, or skip without one.
-fn on_postgres(check: impl FnOnce(&tokio::runtime::Runtime, SharedStore)) {
-    let rt = runtime();
-    if let Some(store) = rt.block_on(support::fresh_postgres_store()) {
-        check(&rt, store);
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
 }
 
 // ---- any bytes, through decide and the record, into the store ---------------------------------
@@ -229,16 +206,6 @@ fn any_response_settles_and_reads_back(rt: &tokio::runtime::Runtime, store: Shar
         .unwrap_or_else(|e| panic!("{}: {e}", store.driver()));
 }
 
-#[test]
-fn sqlite_any_response_settles_and_reads_back() {
-    on_sqlite(any_response_settles_and_reads_back);
-}
-
-#[test]
-fn postgres_any_response_settles_and_reads_back() {
-    on_postgres(any_response_settles_and_reads_back);
-}
-
 // ---- a refused settlement in a batch ----------------------------------------------------------
 
 fn attempt_with(response: &str) -> AttemptRecord {
@@ -253,76 +220,71 @@ fn attempt_with(response: &str) -> AttemptRecord {
 
 /// A settlement carrying raw text the boundary would have made storable (as if a path had
 /// skipped it): PostgreSQL refuses it, SQLite stores it. Either way the batch goes through.
-fn a_refused_settlement_never_holds_up_the_batch(rt: &tokio::runtime::Runtime, store: SharedStore) {
-    rt.block_on(async {
-        let t = tenant_with_endpoint(&store).await;
-        let now = now_ms();
-        let claimed = leased(&store, &t, 9, now).await;
-        const BAD: usize = 5;
-        let batch: Vec<Settlement> = claimed
-            .iter()
-            .enumerate()
-            .map(|(i, c)| Settlement {
-                delivery_id: c.delivery_id,
-                lease_token: c.lease_token,
-                outcome: SettleOutcome::Delivered,
-                attempt: Some(attempt_with(if i == BAD {
-                    "{\"bad\":\"nul\0here\"}"
-                } else {
-                    "ok"
-                })),
-            })
-            .collect();
-        let bad_id = batch[BAD].delivery_id;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-
-        let written = settle_batch(&*store, &batch, deadline).await;
-        let mut applied = written.applied.clone();
-        applied.sort_unstable();
-        let mut all: Vec<i64> = batch.iter().map(|s| s.delivery_id).collect();
-        all.sort_unstable();
-        assert_eq!(applied, all, "every settlement applied, each once");
-        assert!(written.dropped.is_empty(), "{written:?}");
-        if store.driver() == "postgres" {
-            assert_eq!(written.replaced, vec![bad_id], "PostgreSQL refuses a NUL");
-        }
-
-        // Written again (a retry after an ambiguous failure): the lease tokens fence it off.
-        let again = settle_batch(&*store, &batch, deadline).await;
-        assert!(again.applied.is_empty(), "{again:?}");
-
-        for s in &batch {
-            let d = delivery(&store, &t, s.delivery_id).await;
-            assert_eq!(
-                (d.state, d.attempts),
-                (DeliveryState::Delivered, 1),
-                "{d:?}"
-            );
-            let log = store.attempts(&t.id, s.delivery_id).await.unwrap();
-            assert_eq!(log.len(), 1, "one attempt row for {}", s.delivery_id);
-            let response = log[0].response.as_deref().unwrap_or_default();
-            if s.delivery_id == bad_id {
-                let stored_as_is = response == "{\"bad\":\"nul\0here\"}";
-                let noted = response.starts_with("[response not stored: the store refused it");
-                assert!(
-                    (store.driver() == "sqlite" && stored_as_is) || noted,
-                    "{}: {response:?}",
-                    store.driver()
-                );
-                assert!(!noted || !response.contains('\0'));
+async fn a_refused_settlement_never_holds_up_the_batch(store: SharedStore) {
+    let t = tenant_with_endpoint(&store).await;
+    let now = now_ms();
+    let claimed = leased(&store, &t, 9, now).await;
+    const BAD: usize = 5;
+    let batch: Vec<Settlement> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Settlement {
+            delivery_id: c.delivery_id,
+            lease_token: c.lease_token,
+            outcome: SettleOutcome::Delivered,
+            attempt: Some(attempt_with(if i == BAD {
+                "{\"bad\":\"nul\0here\"}"
             } else {
-                assert_eq!(response, "ok");
-            }
+                "ok"
+            })),
+        })
+        .collect();
+    let bad_id = batch[BAD].delivery_id;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+
+    let written = settle_batch(&*store, &batch, deadline).await;
+    let mut applied = written.applied.clone();
+    applied.sort_unstable();
+    let mut all: Vec<i64> = batch.iter().map(|s| s.delivery_id).collect();
+    all.sort_unstable();
+    assert_eq!(applied, all, "every settlement applied, each once");
+    assert!(written.dropped.is_empty(), "{written:?}");
+    if store.driver() == "postgres" {
+        assert_eq!(written.replaced, vec![bad_id], "PostgreSQL refuses a NUL");
+    }
+
+    // Written again (a retry after an ambiguous failure): the lease tokens fence it off.
+    let again = settle_batch(&*store, &batch, deadline).await;
+    assert!(again.applied.is_empty(), "{again:?}");
+
+    for s in &batch {
+        let d = delivery(&store, &t, s.delivery_id).await;
+        assert_eq!(
+            (d.state, d.attempts),
+            (DeliveryState::Delivered, 1),
+            "{d:?}"
+        );
+        let log = store.attempts(&t.id, s.delivery_id).await.unwrap();
+        assert_eq!(log.len(), 1, "one attempt row for {}", s.delivery_id);
+        let response = log[0].response.as_deref().unwrap_or_default();
+        if s.delivery_id == bad_id {
+            let stored_as_is = response == "{\"bad\":\"nul\0here\"}";
+            let noted = response.starts_with("[response not stored: the store refused it");
+            assert!(
+                (store.driver() == "sqlite" && stored_as_is) || noted,
+                "{}: {response:?}",
+                store.driver()
+            );
+            assert!(!noted || !response.contains('\0'));
+        } else {
+            assert_eq!(response, "ok");
         }
-    });
+    }
 }
 
-#[test]
-fn sqlite_a_refused_settlement_never_holds_up_the_batch() {
-    on_sqlite(a_refused_settlement_never_holds_up_the_batch);
-}
-
-#[test]
-fn postgres_a_refused_settlement_never_holds_up_the_batch() {
-    on_postgres(a_refused_settlement_never_holds_up_the_batch);
-}
+// Blocking: the proptest runner calls `block_on` once per case, which cannot happen inside an
+// async test.
+support::drivers!(
+    a_refused_settlement_never_holds_up_the_batch;
+    blocking: any_response_settles_and_reads_back
+);

@@ -10,6 +10,9 @@ use sluice::sizing::signal::{ScaleDirection, ScaleLimit, scale_signal};
 use sluice::sizing::{ScalingPolicy, ScalingSettings};
 use sluice_testkit::receiver::{self, Behavior};
 
+mod processes;
+use processes::Process;
+
 const ADMIN: &str = "sk_admin_sizing_test_token";
 const MESSAGES: usize = 12;
 
@@ -347,14 +350,13 @@ fn scale_signal_follows_the_step_and_floor_rules() {
 
 #[test]
 fn size_command_prints_the_seed_rows() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["size", "--rate", "900", "--service-time", "1.4"])
-        .args(["--target-wait", "0.5", "--surge-rate", "2400"])
-        .args(["--surge-service-time", "3.1"])
-        .output()
-        .expect("run sluice size");
+    let out = Process::command("size")
+        .args(&["--rate", "900", "--service-time", "1.4"])
+        .args(&["--target-wait", "0.5", "--surge-rate", "2400"])
+        .args(&["--surge-service-time", "3.1"])
+        .run();
     assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = out.stdout;
     for figure in ["1,260", "1,314", "7,440", "steady", "surge"] {
         assert!(text.contains(figure), "{figure} missing from:\n{text}");
     }

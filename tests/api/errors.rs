@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::json;
+use sluice::config::RawSettings;
 use sluice_testkit::receiver::{self, Behavior};
 
 use super::{ADMIN, Sluice, assert_problem};
@@ -330,7 +331,8 @@ async fn destinations_the_egress_guard_refuses_are_422_on_url() {
 
 /// Control characters in a URL (which `url` would strip or encode silently) are refused, on
 /// both drivers; PostgreSQL refuses NUL in text, so without the check it was a 500 there.
-async fn control_characters_are_refused_naming_the_field(s: &Sluice) {
+async fn control_characters_are_refused_naming_the_field(raw: RawSettings) {
+    let s = Sluice::start(raw).await;
     let (_, token) = s.tenant("acme").await;
     let t = Some(token.as_str());
     let rx = receiver::start(Behavior::Fast, false).await.unwrap();
@@ -438,24 +440,10 @@ async fn control_characters_are_refused_naming_the_field(s: &Sluice) {
         .await;
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(r.body["url"], normal);
-}
-
-#[tokio::test]
-async fn control_characters_are_422_on_sqlite() {
-    let s = Sluice::start_with(|_| {}).await;
-    control_characters_are_refused_naming_the_field(&s).await;
     s.stop().await;
 }
 
-#[tokio::test]
-async fn control_characters_are_422_on_postgres() {
-    let Some(db) = crate::support::fresh_postgres().await else {
-        return;
-    };
-    let s = Sluice::start_with(|raw| raw.database_url = Some(db)).await;
-    control_characters_are_refused_naming_the_field(&s).await;
-    s.stop().await;
-}
+crate::support::drivers!(control_characters_are_refused_naming_the_field);
 
 /// Sends raw bytes on a fresh connection and reads until the server closes it (or 10 s pass):
 /// (status, lower-cased head, body).

@@ -5,6 +5,7 @@
 
 use reqwest::Method;
 use serde_json::json;
+use sluice::config::RawSettings;
 
 use crate::client::{Client, SESSION, portal_client, portal_link};
 use crate::support::{ADMIN, Sluice, test_settings};
@@ -78,18 +79,9 @@ async fn a_form_from_another_scheme_is_refused() {
     assert_eq!(same.status, 200, "{}", same.body);
 }
 
-#[tokio::test]
-async fn the_message_log_filters_are_checked_like_the_apis() {
-    let sqlite = Sluice::start(test_settings()).await;
-    log_filters(&sqlite).await;
-    if let Some(url) = crate::support::fresh_postgres().await {
-        let mut raw = test_settings();
-        raw.database_url = Some(url);
-        log_filters(&Sluice::start(raw).await).await;
-    }
-}
-
-async fn log_filters(s: &Sluice) {
+/// The message log's filters are checked like the API's.
+async fn the_message_log_filters_are_checked_like_the_apis(raw: RawSettings) {
+    let s = &Sluice::start(raw).await;
     let (_, token) = s.tenant("acme").await;
     s.send(&token, "order.created", json!({ "n": 1 })).await;
     let c = portal_client(s, &token).await;
@@ -115,6 +107,8 @@ async fn log_filters(s: &Sluice) {
         assert_eq!(p.status, 200, "{query}: {}", p.body);
     }
 }
+
+crate::support::drivers!(the_message_log_filters_are_checked_like_the_apis);
 
 #[tokio::test]
 async fn a_message_shows_its_payload_as_stored() {

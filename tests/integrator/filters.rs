@@ -5,8 +5,12 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use sluice::config::RawSettings;
+
 use crate::capture::Capture;
-use crate::{Driver, WAIT, get_ok, start, wait_for};
+
+use crate::support::{self, Sluice};
+use crate::{WAIT, get_ok, wait_for};
 
 /// The ids of a log page, and its cursor.
 fn page(v: &Value) -> (Vec<String>, Option<String>) {
@@ -19,10 +23,9 @@ fn page(v: &Value) -> (Vec<String>, Option<String>) {
     (ids, v["next"].as_str().map(str::to_owned))
 }
 
-async fn wildcards_route_and_the_log_filters(driver: Driver) {
-    let Some(s) = start(driver, |raw| raw.retry_schedule = Some("100ms".into())).await else {
-        return;
-    };
+async fn wildcards_route_and_the_log_filters(mut raw: RawSettings) {
+    raw.retry_schedule = Some("100ms".into());
+    let s = Sluice::start(raw).await;
     let orders_rx = Capture::start(200).await;
     let invoices_rx = Capture::start(500).await;
     let (_, token) = s.tenant("acme").await;
@@ -131,4 +134,4 @@ async fn wildcards_route_and_the_log_filters(driver: Driver) {
     s.running.stop().await;
 }
 
-crate::both_drivers!(wildcards_route_and_the_log_filters);
+support::drivers!(wildcards_route_and_the_log_filters);

@@ -4,15 +4,15 @@
 use serde_json::json;
 
 use crate::capture::Capture;
-use crate::{Driver, WAIT, get_ok, start, wait_for};
+use crate::support::Sluice;
+use crate::{WAIT, get_ok, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_headers_go_with_every_attempt_and_follow_a_change() {
-    let s = start(Driver::Sqlite, |raw| {
+    let s = Sluice::start_with(|raw| {
         raw.retry_schedule = Some("200ms,200ms,200ms".into());
     })
-    .await
-    .expect("sqlite");
+    .await;
     let rx = Capture::start(503).await;
     let (_, token) = s.tenant("acme").await;
     let headers = json!({ "X-Route": "eu-1", "Authorization": "Bearer receiver-token" });
@@ -59,7 +59,7 @@ async fn custom_headers_go_with_every_attempt_and_follow_a_change() {
 /// A custom `User-Agent` replaces sluice's own: one header goes out, not two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_user_agent_replaces_sluices_own() {
-    let s = start(Driver::Sqlite, |_| {}).await.expect("sqlite");
+    let s = Sluice::start_with(|_| {}).await;
     let rx = Capture::start(200).await;
     let (_, token) = s.tenant("acme").await;
     let headers = json!({ "User-Agent": "acme-hooks/2" });

@@ -3,13 +3,16 @@
 
 use serde_json::json;
 
-use crate::capture::Capture;
-use crate::{Driver, WAIT, get_ok, post_expect, start, wait_for};
+use sluice::config::RawSettings;
 
-async fn resend_and_recover_keep_the_webhook_id(driver: Driver) {
-    let Some(s) = start(driver, |raw| raw.retry_schedule = Some("100ms".into())).await else {
-        return;
-    };
+use crate::capture::Capture;
+
+use crate::support::{self, Sluice};
+use crate::{WAIT, get_ok, post_expect, wait_for};
+
+async fn resend_and_recover_keep_the_webhook_id(mut raw: RawSettings) {
+    raw.retry_schedule = Some("100ms".into());
+    let s = Sluice::start(raw).await;
     let rx = Capture::start(200).await;
     let (_, token) = s.tenant("acme").await;
     let (ep, _) = s.endpoint(&token, &rx.url(), json!({})).await;
@@ -92,4 +95,4 @@ async fn resend_and_recover_keep_the_webhook_id(driver: Driver) {
     s.running.stop().await;
 }
 
-crate::both_drivers!(resend_and_recover_keep_the_webhook_id);
+support::drivers!(resend_and_recover_keep_the_webhook_id);

@@ -7,7 +7,8 @@ use serde_json::json;
 use sluice::signing::verify_v1a;
 
 use crate::capture::{Capture, Captured};
-use crate::{Driver, WAIT, get_ok, post_expect, python, start};
+use crate::support::Sluice;
+use crate::{WAIT, get_ok, post_expect, python};
 
 const V1A: &str = "verify_v1a.py";
 const V1: &str = "verify_standardwebhooks.py";
@@ -41,7 +42,7 @@ async fn next_delivery(s: &crate::support::Sluice, rx: &Capture, token: &str, n:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1a_endpoints_are_signed_with_ed25519_and_rotate_with_an_overlap() {
-    let s = start(Driver::Sqlite, |_| {}).await.expect("sqlite");
+    let s = Sluice::start_with(|_| {}).await;
     let rx = Capture::start(200).await;
     let (_, token) = s.tenant("acme").await;
     let body = json!({ "url": rx.url(), "signature_scheme": "v1a" });

@@ -1,82 +1,291 @@
-//! Helpers for tests that run `sluice serve` as real processes: spawning one with its role,
-//! stopping it with SIGTERM and reading what it said, and a small client for its HTTP API.
+//! Helpers for tests that run the real `sluice` binary as processes: [`Process::serve`] (a
+//! `sluice serve` as tests usually want it) or [`Process::command`] (any subcommand, nothing
+//! added) build one, with env vars set or removed; [`Builder::start`] waits for it to answer,
+//! [`Builder::run`] runs a command that must end by itself to completion. A running process can be
+//! stopped with SIGTERM (its drain) or SIGKILL, and what it wrote to stdout and stderr is
+//! collected as it comes (a pipe left unread fills up and blocks the process's logging, and with
+//! it the process). A small client for its HTTP API.
 
 #![allow(dead_code)]
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::ffi::OsString;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// A `sluice serve` process; killed if the test ends without stopping it.
+/// How long a process is given to answer, or to exit once it must.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A `sluice` process being built: its subcommand, arguments and environment.
+pub(crate) struct Builder {
+    args: Vec<OsString>,
+    env: Vec<(String, Option<String>)>,
+    port: Option<u16>,
+}
+
+/// A running `sluice` process; killed if the test ends without stopping it.
 pub(crate) struct Process {
     child: Option<Child>,
-    /// Reads its stderr as it comes (a pipe left unread fills up and blocks the process's
-    /// logging, and with it the process); yields everything once the process has exited.
-    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
-    /// Its `--listen` address, `http://127.0.0.1:PORT`.
+    stdout: Collected,
+    stderr: Collected,
+    /// Its `--listen` port, when the builder gave one.
+    pub(crate) port: u16,
+    /// `http://127.0.0.1:PORT` of its `--listen` address (empty without one).
     pub(crate) base: String,
 }
 
-impl Process {
-    /// Start `sluice serve --listen 127.0.0.1:PORT` with `args` and wait for `/healthz`.
-    pub(crate) async fn start(args: &[&str]) -> Process {
-        let port = sluice_testkit::free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--allow-network", "127.0.0.0/8"])
-            .args(args)
-            .env("SLUICE_ADMIN_TOKEN", sluice_testkit::ADMIN)
-            // The binary's own lines (listening, stopped: …) are info; the rest only warnings.
-            .env("SLUICE_LOG", "warn,sluice=info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn sluice");
-        let mut pipe = child.stderr.take().expect("piped stderr");
-        let stderr = std::thread::spawn(move || {
-            let mut all = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut pipe, &mut all);
-            all
+/// A process that has exited: how, and everything it wrote.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+/// One output stream, read on a thread as it comes, line by line.
+struct Collected {
+    text: Arc<Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collected {
+    /// Collect `stream` a whole line at a time (so what is read so far never ends mid-line).
+    fn read(stream: impl std::io::Read + Send + 'static) -> Collected {
+        let text = Arc::new(Mutex::new(Vec::new()));
+        let sink = text.clone();
+        let reader = std::thread::spawn(move || {
+            let mut stream = std::io::BufReader::new(stream);
+            let mut line = Vec::new();
+            while std::io::BufRead::read_until(&mut stream, b'\n', &mut line).is_ok_and(|n| n > 0) {
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .append(&mut line);
+            }
         });
-        let p = Process {
+        Collected {
+            text,
+            reader: Some(reader),
+        }
+    }
+
+    fn so_far(&self) -> String {
+        String::from_utf8_lossy(&self.text.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+
+    /// Everything, once the stream has closed (the process has exited).
+    fn all(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.so_far()
+    }
+}
+
+impl Builder {
+    /// One more argument.
+    pub(crate) fn arg(mut self, arg: impl Into<OsString>) -> Builder {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// More arguments.
+    pub(crate) fn args(mut self, args: &[&str]) -> Builder {
+        self.args.extend(args.iter().map(OsString::from));
+        self
+    }
+
+    /// Set an environment variable.
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Builder {
+        self.env.push((key.to_owned(), Some(value.to_owned())));
+        self
+    }
+
+    /// Remove an environment variable (one this test process has would otherwise pass on).
+    pub(crate) fn env_remove(mut self, key: &str) -> Builder {
+        self.env.push((key.to_owned(), None));
+        self
+    }
+
+    /// `--listen 127.0.0.1:PORT` on a free loopback port.
+    pub(crate) fn listen(self) -> Builder {
+        self.listen_on(sluice_testkit::free_port())
+    }
+
+    /// `--listen 127.0.0.1:PORT` on this port (a restart on the same address).
+    pub(crate) fn listen_on(mut self, port: u16) -> Builder {
+        self.port = Some(port);
+        self.args(&["--listen", &format!("127.0.0.1:{port}")])
+    }
+
+    /// Start it and return at once.
+    pub(crate) fn spawn(self) -> Process {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, value) in &self.env {
+            match value {
+                Some(v) => command.env(key, v),
+                None => command.env_remove(key),
+            };
+        }
+        let mut child = command.spawn().expect("spawn sluice");
+        let stdout = Collected::read(child.stdout.take().expect("piped stdout"));
+        let stderr = Collected::read(child.stderr.take().expect("piped stderr"));
+        let port = self.port.unwrap_or_default();
+        Process {
             child: Some(child),
-            stderr: Some(stderr),
-            base: format!("http://127.0.0.1:{port}"),
-        };
+            stdout,
+            stderr,
+            port,
+            base: self
+                .port
+                .map(|p| format!("http://127.0.0.1:{p}"))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Start it and wait until `/healthz` answers at all.
+    pub(crate) async fn start(self) -> Process {
+        let shown = format!("{:?}", self.args);
+        let p = self.spawn();
         let http = sluice_testkit::http();
-        let up = sluice_testkit::eventually(Duration::from_secs(30), || async {
+        let up = sluice_testkit::eventually(PATIENCE, || async {
             http.get(format!("{}/healthz", p.base)).send().await.is_ok()
         })
         .await;
-        assert!(up, "sluice {args:?} never answered /healthz");
+        assert!(up, "sluice {shown} never answered /healthz");
         p
     }
 
-    /// Send SIGTERM and wait for the exit; what it wrote to stderr.
-    pub(crate) fn terminate(mut self) -> String {
-        let mut child = self.child.take().expect("running");
-        let killed = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(killed.success());
-        let status = child.wait().expect("exit");
-        let stderr = self
-            .stderr
-            .take()
-            .and_then(|reader| reader.join().ok())
-            .unwrap_or_default();
-        let said = String::from_utf8_lossy(&stderr).into_owned();
-        assert!(status.success(), "sluice exited with {status}: {said}");
-        said
+    /// Run it to completion (for commands that must end by themselves, such as one that must
+    /// fail at start); panics if it has not exited within 30 s.
+    pub(crate) fn run(self) -> Finished {
+        let mut p = self.spawn();
+        p.exit_within(PATIENCE, "sluice did not exit")
+    }
+}
+
+impl Process {
+    /// `sluice serve` as tests usually want it: `--listen` on a free loopback port, loopback
+    /// receivers allowed, the test admin token, its own lines at info and the rest at warn.
+    pub(crate) fn serve() -> Builder {
+        Process::command("serve")
+            .listen()
+            .args(&["--allow-network", "127.0.0.0/8"])
+            .env("SLUICE_ADMIN_TOKEN", sluice_testkit::ADMIN)
+            // The binary's own lines (listening, stopped: …) are info; the rest only warnings.
+            .env("SLUICE_LOG", "warn,sluice=info")
     }
 
-    /// SIGKILL, no drain.
-    pub(crate) fn kill(mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+    /// `sluice SUBCOMMAND` and nothing else: no flag or environment variable added.
+    pub(crate) fn command(subcommand: &str) -> Builder {
+        Builder {
+            args: vec![subcommand.into()],
+            env: Vec::new(),
+            port: None,
+        }
+    }
+
+    /// Start `sluice serve --listen 127.0.0.1:PORT` with `args` and wait for `/healthz`.
+    pub(crate) async fn start(args: &[&str]) -> Process {
+        Process::serve().args(args).start().await
+    }
+
+    /// Wait until `path` answers 200; whether it did within 30 s.
+    pub(crate) async fn answers(&self, path: &str) -> bool {
+        let http = sluice_testkit::http();
+        let url = format!("{}{path}", self.base);
+        sluice_testkit::eventually(PATIENCE, || async {
+            http.get(&url).send().await.is_ok_and(|r| r.status() == 200)
+        })
+        .await
+    }
+
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// How it exited, if it has.
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().expect("try_wait"))
+    }
+
+    /// What it has written to stdout so far.
+    pub(crate) fn stdout_so_far(&self) -> String {
+        self.stdout.so_far()
+    }
+
+    /// What it has written to stderr so far.
+    pub(crate) fn stderr_so_far(&self) -> String {
+        self.stderr.so_far()
+    }
+
+    /// Send SIGTERM and wait for the exit; what it wrote to stderr. Panics unless it exited 0.
+    pub(crate) fn terminate(self) -> String {
+        let done = self.sigterm_and_wait();
+        assert!(
+            done.status.success(),
+            "sluice exited with {}: {}",
+            done.status,
+            done.stderr
+        );
+        done.stderr
+    }
+
+    /// Send SIGTERM (the way an orchestrator stops it) and wait for the exit, however it went.
+    pub(crate) fn sigterm_and_wait(mut self) -> Finished {
+        self.sigterm();
+        let mut child = self.child.take().expect("running");
+        let status = child.wait().expect("exit");
+        self.finished(status)
+    }
+
+    /// Send SIGTERM, then wait at most 30 s for the exit, however it went.
+    pub(crate) fn sigterm_within(mut self) -> Finished {
+        self.sigterm();
+        self.exit_within(PATIENCE, "sluice did not stop on SIGTERM")
+    }
+
+    /// SIGKILL, no drain; everything it wrote.
+    pub(crate) fn kill(mut self) -> Finished {
+        let mut child = self.child.take().expect("running");
+        child.kill().expect("SIGKILL");
+        let status = child.wait().expect("exit");
+        self.finished(status)
+    }
+
+    fn sigterm(&self) {
+        let pid = self.pid().to_string();
+        let killed = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(killed.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+    }
+
+    fn exit_within(&mut self, within: Duration, failure: &str) -> Finished {
+        let until = Instant::now() + within;
+        let status = loop {
+            if let Some(status) = self.exited() {
+                break status;
+            }
+            assert!(Instant::now() < until, "{failure}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.child = None;
+        self.finished(status)
+    }
+
+    fn finished(&mut self, status: ExitStatus) -> Finished {
+        Finished {
+            status,
+            stdout: self.stdout.all(),
+            stderr: self.stderr.all(),
         }
     }
 }

@@ -294,7 +294,7 @@ async fn check_settings_delete_once_and_by_range(store: SharedStore) {
     assert_eq!(store.delete_settings_between("s:", "s:").await.unwrap(), 0);
 }
 
-conformance!(
+support::drivers!(
     check_settings_and_tenants,
     check_init_setting_and_write_probe,
     check_endpoint_crud,

@@ -678,7 +678,7 @@ async fn check_emptied_and_deleted_endpoints(store: SharedStore) {
     assert_eq!(got[0].endpoint_id, a.id);
 }
 
-conformance!(
+support::drivers!(
     check_emptied_and_deleted_endpoints,
     check_claim_basics,
     check_concurrent_claimers,

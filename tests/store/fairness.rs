@@ -317,7 +317,7 @@ async fn check_concurrent_claimers_keep_shares(store: SharedStore) {
     }
 }
 
-conformance!(
+support::drivers!(
     check_tenants_share_equally,
     check_weights_share_in_proportion,
     check_shares_are_of_time,

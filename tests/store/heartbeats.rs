@@ -83,4 +83,4 @@ async fn check_heartbeats_upsert_read_and_forget(store: SharedStore) {
     assert_eq!(left[0].id, "dsp_c");
 }
 
-conformance!(check_heartbeats_upsert_read_and_forget);
+support::drivers!(check_heartbeats_upsert_read_and_forget);

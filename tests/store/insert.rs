@@ -486,7 +486,7 @@ async fn check_held_endpoints_do_not_wake(store: SharedStore) {
     );
 }
 
-conformance!(
+support::drivers!(
     check_held_endpoints_do_not_wake,
     check_messages_and_fan_out,
     check_fan_out_follows_endpoint_changes,

@@ -1,8 +1,8 @@
 //! One conformance suite for the `Store` trait, run against both drivers.
 //!
-//! Each behaviour is written once as `check_*(store)`; the `conformance!` macro runs it against a
-//! fresh embedded SQLite store and, when `SLUICE_TEST_DATABASE_URL` is set, against a fresh
-//! PostgreSQL database. Times are passed in explicitly, so no check depends on the wall clock
+//! Each behaviour is written once as `check_*(store)`; the test kit's `drivers!` macro runs it
+//! against a fresh embedded SQLite store (`sqlite::check_*`) and a fresh PostgreSQL database
+//! (`postgres::check_*`, skipped loudly without `SLUICE_TEST_DATABASE_URL`, failed in CI). Times are passed in explicitly, so no check depends on the wall clock
 //! beyond generous timeouts for wake-ups.
 
 use sluice_testkit as support;
@@ -15,31 +15,6 @@ use std::time::Duration;
 use sluice::clock::now_ms;
 use sluice::ids::{hash_token, new_id, new_token};
 use sluice::store::*;
-
-macro_rules! conformance {
-    ($($check:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    let (store, _dir) = crate::support::fresh_sqlite();
-                    super::$check(store).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $check() {
-                    let Some(store) = crate::support::fresh_postgres_store().await else {
-                        return;
-                    };
-                    super::$check(store).await;
-                }
-            )*
-        }
-    };
-}
 
 mod admin;
 mod claim;

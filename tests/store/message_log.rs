@@ -144,4 +144,4 @@ async fn check_message_log_filters(store: SharedStore) {
     assert_eq!(log(&store, other_log).await.len(), 1);
 }
 
-conformance!(check_message_log_filters);
+support::drivers!(check_message_log_filters);

@@ -188,4 +188,4 @@ async fn check_queue_stats(store: SharedStore) {
     assert_eq!(ages.get(&late.id).copied().unwrap_or(0), 0, "{ages:?}");
 }
 
-conformance!(check_list_deliveries_and_attempts, check_queue_stats,);
+support::drivers!(check_list_deliveries_and_attempts, check_queue_stats,);

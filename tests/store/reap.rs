@@ -238,7 +238,7 @@ async fn check_replay(store: SharedStore) {
     assert!(again.iter().all(|c| c.attempts == 0));
 }
 
-conformance!(
+support::drivers!(
     check_reap_poison,
     check_reap_counts_expiries_in_a_row,
     check_replay,

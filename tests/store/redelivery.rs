@@ -168,7 +168,7 @@ async fn check_recover_failed_since(store: SharedStore) {
     assert_eq!(n, 0, "a delivery never attempted has not failed");
 }
 
-conformance!(
+support::drivers!(
     check_resend_any_state_but_leased,
     check_recover_failed_since
 );

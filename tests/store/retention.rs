@@ -62,4 +62,4 @@ async fn check_purge(store: SharedStore) {
     assert_eq!(store.purge(now + 1, 100).await.unwrap(), 0);
 }
 
-conformance!(check_purge,);
+support::drivers!(check_purge,);

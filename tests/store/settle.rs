@@ -266,4 +266,4 @@ async fn check_extend_lease(store: SharedStore) {
     );
 }
 
-conformance!(check_settle_outcomes, check_stale_token, check_extend_lease,);
+support::drivers!(check_settle_outcomes, check_stale_token, check_extend_lease,);

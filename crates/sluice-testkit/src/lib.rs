@@ -9,6 +9,8 @@
 //!   requests that keep every part of the answer, and the assertions API tests share.
 //! - [`services`]: a fresh PostgreSQL database or SQLite store per test, the Redis URL, the
 //!   independent signature verifier; a missing service skips loudly, or fails under CI.
+//! - [`drivers`]: one test body run on SQLite and on PostgreSQL ([`drivers!`]), as
+//!   `sqlite::name` and `postgres::name`.
 //! - [`freeze_proxy`]: a TCP proxy that stops forwarding on demand (a hung database).
 //! - [`egress_proxy`]: a real HTTP egress proxy (Debian's tinyproxy) with a log to read.
 //! - [`tls`]: a test CA made at test time, its server and client certificates, the server
@@ -19,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod drivers;
 pub mod egress_proxy;
 pub mod freeze_proxy;
 pub mod harness;
