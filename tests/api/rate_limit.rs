@@ -3,6 +3,7 @@
 
 use reqwest::Method;
 use serde_json::{Value, json};
+use sluice::config::RawSettings;
 use sluice_testkit::receiver::{self, Behavior};
 
 use super::{Sluice, assert_problem};
@@ -152,22 +153,14 @@ async fn rate_limit_round_trips(s: &Sluice) {
     assert_eq!(plain["rate_limit"], Value::Null);
 }
 
-#[tokio::test]
-async fn rate_limit_round_trips_on_sqlite() {
-    let s = Sluice::start_with(|_| {}).await;
+/// On each store: a limit is set, shown, changed and cleared.
+async fn a_limit_round_trips(raw: RawSettings) {
+    let s = Sluice::start(raw).await;
     rate_limit_round_trips(&s).await;
     s.stop().await;
 }
 
-#[tokio::test]
-async fn rate_limit_round_trips_on_postgres() {
-    let Some(db) = crate::support::fresh_postgres().await else {
-        return;
-    };
-    let s = Sluice::start_with(|raw| raw.database_url = Some(db)).await;
-    rate_limit_round_trips(&s).await;
-    s.stop().await;
-}
+crate::support::drivers!(a_limit_round_trips);
 
 /// The document describes the field on create, change and the endpoint as shown.
 #[tokio::test]
