@@ -20,7 +20,9 @@
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
-//!   [`tenants`], [`tls`], [`rate_limited`]; [`procs`]: the `sluice serve` and `redis-server` processes of a fleet.
+//!   [`tenants`], [`tls`], [`rate_limited`]; [`procs`]: the `sluice serve` and `redis-server`
+//!   processes of a fleet; [`stage`]: the sluice a phase drives, in this process or on such a
+//!   fleet (`--dispatchers`).
 
 mod backlog;
 mod chart;
@@ -40,6 +42,7 @@ mod replay;
 mod report;
 mod scale;
 mod slow_consumer;
+mod stage;
 mod store_cpu;
 mod sys;
 mod tenants;
@@ -207,9 +210,10 @@ pub struct BenchArgs {
     /// replay: the objective for the oldest ready delivery's age, seconds (default 5).
     #[arg(long)]
     pub objective: Option<f64>,
-    /// tenants: run each phase on a fleet of one API process and this many dispatcher
-    /// processes (`sluice serve`, on PostgreSQL: `--database-url` or the test database, and a
-    /// `redis-server` of its own) instead of in this process.
+    /// tenants and the baseline-vs-bad scenarios (slow-consumer, dead-endpoint, throttled,
+    /// flood, rate-limited): run each phase on a fleet of one API process and this many
+    /// dispatcher processes (`sluice serve`, on PostgreSQL: `--database-url` or the test
+    /// database, and a `redis-server` of their own) instead of in this process.
     #[arg(long)]
     pub dispatchers: Option<u32>,
     /// scale: endpoints registered beside the active ones (another tenant, written straight to
@@ -239,6 +243,12 @@ impl BenchArgs {
     pub fn describe(&self) -> String {
         if let Some(target) = &self.target {
             return format!("target {target} (CPU and memory figures are this bench process only)");
+        }
+        if let Some(n) = self.dispatchers.filter(|n| *n > 0) {
+            return format!(
+                "a fleet: one API process and {n} dispatcher processes (sluice serve) on \
+                 PostgreSQL and Redis, receivers and producers in this process, all on loopback"
+            );
         }
         let store = match &self.database_url {
             Some(_) => "PostgreSQL store",

@@ -12,9 +12,10 @@ use anyhow::Context;
 
 use super::BenchArgs;
 use super::backlog;
-use super::harness::{Sluice, Tuning};
+use super::harness::Tuning;
 use super::load::Api;
 use super::receiver::{self, Mode};
+use super::stage::Stage;
 use super::store_cpu::StoreCpu;
 use super::sys;
 use super::timeline::Timeline;
@@ -134,23 +135,19 @@ pub(crate) struct Phase {
     pub backlog_setup_s: Option<f64>,
 }
 
-/// Run one phase on a fresh sluice, and on PostgreSQL in a fresh database beside the one
-/// `--database-url` names (dropped afterwards), so no phase starts with another's rows.
+/// Run one phase on a fresh sluice ([`Stage`]): in this process, on PostgreSQL in a fresh
+/// database beside the one `--database-url` names (dropped afterwards) so no phase starts with
+/// another's rows, or with `--dispatchers N` on a fleet of processes.
 pub(crate) async fn run(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
-    let Some(url) = &args.database_url else {
-        return run_on(args, spec).await;
-    };
-    let db = super::harness::FreshDatabase::create(url).await?;
-    let mut own = args.clone();
-    own.database_url = Some(db.url.clone());
-    let phase = run_on(&own, spec).await;
-    db.drop_it().await;
+    let stage = Stage::start(args, &spec.tuning).await?;
+    let phase = run_on(args, spec, &stage).await;
+    stage.stop().await;
     phase
 }
 
-async fn run_on(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
+async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Result<Phase> {
     let timeline = Arc::new(Timeline::new(&["healthy", spec.bad_name]));
-    let sluice = Sluice::start(args, &spec.tuning).await?;
+    let sluice = &stage.sluice;
     let mut receivers = Vec::with_capacity(spec.healthy);
     let mut healthy = Vec::with_capacity(spec.healthy);
     for i in 0..spec.healthy {
@@ -227,7 +224,7 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
     }
     let seconds = spec.duration.as_secs_f64();
     let pb = watch::progress(args.json, spec.label, seconds);
-    let store_cpu = StoreCpu::locate(args.database_url.as_deref(), sluice.embedded()).await;
+    let store_cpu = StoreCpu::locate(stage.database_url(), sluice.embedded()).await;
     let postgres = store_cpu.is_postgres();
     let mut watch =
         Watch::new(sluice.probe(), watched, timeline.clone(), pb).with_store_cpu(store_cpu.clone());
@@ -291,7 +288,6 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
         .accepted(HEALTHY)
         .saturating_sub(timeline.delivered_total(HEALTHY));
     let bad_peak_concurrency = bad_receiver.as_ref().map(|r| r.record.peak_concurrency());
-    sluice.stop().await;
     drop(receivers);
     drop(bad_receiver);
     Ok(Phase {

@@ -41,6 +41,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
 
     let mut report = Report::new("rate-limited", args.describe());
     report.param("duration_s", duration.as_secs_f64());
+    report.param("dispatchers", args.dispatchers.unwrap_or(0));
     report.param("healthy_endpoints", healthy);
     report.param("healthy_rate_per_endpoint", healthy_rate);
     report.param("limit_per_s", limit);

@@ -23,11 +23,11 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio::time::Instant;
 
 use super::chart::{Line, Panel};
-use super::harness::{FreshDatabase, Sluice, Tuning};
+use super::harness::{Sluice, Tuning};
 use super::load::Api;
-use super::procs::{Fleet, Proc, Redis, sluice_binary};
 use super::receiver::{self, Mode};
 use super::report::{Report, ratio};
+use super::stage::Stage;
 use super::timeline::{Timeline, ms};
 use super::{BenchArgs, save_chart, watch};
 
@@ -142,7 +142,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     };
     let trickle = phase(args, sizes, "trickle", trickle_cast).await?;
 
-    let mut report = Report::new("tenants", describe(args));
+    let mut report = Report::new("tenants", args.describe());
     report.param("duration_s", sizes.duration.as_secs_f64());
     report.param("quiet_endpoints", sizes.quiet_endpoints);
     report.param("quiet_messages_per_s", sizes.quiet_rate);
@@ -205,16 +205,6 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         &panels,
     )?;
     Ok(report)
-}
-
-fn describe(args: &BenchArgs) -> String {
-    match args.dispatchers {
-        Some(n) if n > 0 => format!(
-            "a fleet: one API process and {n} dispatcher processes (sluice serve) on PostgreSQL \
-             and Redis, receivers and producers in this process, all on loopback"
-        ),
-        _ => args.describe(),
-    }
 }
 
 fn figures(
@@ -355,131 +345,6 @@ fn figures(
     ));
 }
 
-/// The sluice of one phase.
-struct Stage {
-    sluice: Sluice,
-    /// What else runs for it, stopped with it.
-    around: Around,
-}
-
-/// What a phase's sluice runs beside.
-enum Around {
-    /// Nothing: it runs in this process (on PostgreSQL, in a fresh database).
-    Embedded(Option<FreshDatabase>),
-    /// It is one API process and N dispatcher processes on a fresh database and a Redis of
-    /// their own.
-    Fleet(Box<FleetParts>),
-}
-
-/// The processes, Redis and database of a fleet phase.
-struct FleetParts {
-    processes: Vec<Proc>,
-    redis: Redis,
-    db: FreshDatabase,
-    log_dir: std::path::PathBuf,
-}
-
-impl Stage {
-    async fn start(args: &BenchArgs) -> anyhow::Result<Self> {
-        if let Some(n) = args.dispatchers.filter(|n| *n > 0) {
-            return Self::fleet(args, n).await;
-        }
-        let Some(url) = &args.database_url else {
-            let sluice = Sluice::start(args, &Tuning::default()).await?;
-            let around = Around::Embedded(None);
-            return Ok(Self { sluice, around });
-        };
-        let db = FreshDatabase::create(url).await?;
-        let own = BenchArgs {
-            database_url: Some(db.url.clone()),
-            ..args.clone()
-        };
-        let sluice = Sluice::start(&own, &Tuning::default()).await?;
-        Ok(Self {
-            sluice,
-            around: Around::Embedded(Some(db)),
-        })
-    }
-
-    async fn fleet(args: &BenchArgs, dispatchers: u32) -> anyhow::Result<Self> {
-        let server = args
-            .database_url
-            .clone()
-            .or_else(|| std::env::var("SLUICE_TEST_DATABASE_URL").ok())
-            .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let db = FreshDatabase::create(&server).await?;
-        let redis_port = sluice_testkit::free_port();
-        let redis = Redis::start(redis_port).await?;
-        let log_dir = std::env::temp_dir().join(format!(
-            "sluice-bench-tenants-{}-{}",
-            std::process::id(),
-            sluice::ids::lease_token()
-        ));
-        std::fs::create_dir_all(&log_dir).with_context(|| format!("{}", log_dir.display()))?;
-        let fleet = Fleet {
-            binary: sluice_binary()?,
-            database_url: db.url.clone(),
-            redis_url: format!("redis://127.0.0.1:{redis_port}"),
-            admin_token: sluice::ids::new_token("sk_admin"),
-            log_dir: log_dir.clone(),
-            extra: Vec::new(),
-        };
-        let http = reqwest::Client::new();
-        let mut api = Proc::spawn(&fleet, "api", "api")?;
-        api.wait_for(&http, "/readyz").await?;
-        let mut processes = vec![];
-        for i in 0..dispatchers {
-            let mut d = Proc::spawn(&fleet, "dispatcher", &format!("dispatcher-{i}"))?;
-            d.wait_for(&http, "/readyz").await?;
-            processes.push(d);
-        }
-        let remote = BenchArgs {
-            target: Some(api.base.clone()),
-            admin_token: Some(fleet.admin_token.clone()),
-            database_url: None,
-            ..args.clone()
-        };
-        processes.push(api);
-        let sluice = Sluice::start(&remote, &Tuning::default()).await?;
-        let parts = FleetParts {
-            processes,
-            redis,
-            db,
-            log_dir,
-        };
-        Ok(Self {
-            sluice,
-            around: Around::Fleet(Box::new(parts)),
-        })
-    }
-
-    async fn stop(self) {
-        self.sluice.stop().await;
-        match self.around {
-            Around::Embedded(db) => {
-                if let Some(db) = db {
-                    db.drop_it().await;
-                }
-            }
-            Around::Fleet(parts) => {
-                let FleetParts {
-                    processes,
-                    mut redis,
-                    db,
-                    log_dir,
-                } = *parts;
-                for mut p in processes {
-                    let _ = p.kill9().await;
-                }
-                redis.stop().await;
-                db.drop_it().await;
-                let _ = std::fs::remove_dir_all(&log_dir);
-            }
-        }
-    }
-}
-
 /// Run one phase on a fresh sluice.
 async fn phase(
     args: &BenchArgs,
@@ -488,7 +353,7 @@ async fn phase(
     cast: Cast,
 ) -> anyhow::Result<Outcome> {
     let timeline = Arc::new(Timeline::new(&GROUPS));
-    let stage = Stage::start(args).await?;
+    let stage = Stage::start(args, &Tuning::default()).await?;
     let sluice = &stage.sluice;
     let api = Api {
         http: sluice.http.clone(),
