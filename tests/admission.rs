@@ -176,7 +176,8 @@ proptest! {
                 previous_secret: None, previous_secret_until_ms: None, enabled: true,
                 disabled_reason: None, operational: false, lane_size: None,
                 latency_ceiling_ms: None, connect_timeout_ms: None, read_timeout_ms: None,
-                total_timeout_ms: None, rate_limit: None, failing_since_ms: None,
+                total_timeout_ms: None, rate_limit: None, ordering: Default::default(),
+                failing_since_ms: None,
                 headers: Default::default(),
                 tls: Default::default(), oauth2: None, created_at_ms: now, updated_at_ms: now,
             };

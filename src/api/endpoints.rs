@@ -18,7 +18,7 @@ use super::views::{EndpointOut, check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
 use crate::signing::{Scheme, SigningKey};
-use crate::store::Endpoint;
+use crate::store::{DeliveryOrder, Endpoint};
 
 /// An endpoint's rate limit as given: events per second, with a burst.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]
@@ -75,6 +75,13 @@ pub struct CreateEndpoint {
     /// At most this many events per second (with a burst), across every dispatcher; deliveries
     /// beyond it wait for their turn without using an attempt. Omitted or `null`: no limit.
     pub rate_limit: Option<RateLimitIn>,
+    /// `unordered` (the default: several deliveries at once, as the lane allows) or `fifo`:
+    /// one delivery in flight at a time across every dispatcher, strictly in the order the
+    /// messages were accepted, the next only once the one before it is delivered or
+    /// dead-lettered (a failing delivery holds up everything behind it until it succeeds or
+    /// its retries run out).
+    #[serde(default)]
+    pub ordering: DeliveryOrder,
 }
 
 /// `PATCH /v1/endpoints/{id}`: every field optional; `null` clears an override.
@@ -134,6 +141,9 @@ pub struct UpdateEndpoint {
     #[serde(default, with = "super::body::double_option")]
     #[schema(value_type = Option<RateLimitIn>)]
     pub rate_limit: Option<Option<RateLimitIn>>,
+    /// `unordered` or `fifo`. Turned on with deliveries in flight, the next starts once all of
+    /// them are settled.
+    pub ordering: Option<DeliveryOrder>,
 }
 
 /// A new endpoint row for `tenant`, enabled, with a fresh key of `scheme`.
@@ -216,6 +226,7 @@ pub(crate) async fn create_endpoint(
     endpoint.read_timeout_ms = req.read_timeout_ms;
     endpoint.total_timeout_ms = req.total_timeout_ms;
     endpoint.rate_limit = rate_limit;
+    endpoint.ordering = req.ordering;
     endpoint.tls.ca_bundle = req.tls_ca_bundle;
     endpoint.tls.client = identity.flatten();
     endpoint.oauth2 = oauth2;
@@ -363,7 +374,8 @@ pub(crate) async fn update_endpoint(
         latency_ceiling_ms,
         connect_timeout_ms,
         read_timeout_ms,
-        total_timeout_ms
+        total_timeout_ms,
+        ordering
     );
     if let Some(enabled) = req.enabled {
         if enabled && !e.enabled {

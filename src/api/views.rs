@@ -12,7 +12,7 @@ use crate::delivery::oauth2::{ClientAuth, Credentials};
 use crate::ids;
 use crate::signing::{Scheme, SigningKey, scheme_of};
 use crate::store::{
-    AttemptView, DeliveryState, DeliveryView, Endpoint, EndpointEvent, EndpointTls,
+    AttemptView, DeliveryOrder, DeliveryState, DeliveryView, Endpoint, EndpointEvent, EndpointTls,
 };
 
 /// Does `id` look like one of our ids (`ep_…`, `msg_…`)? Anything else cannot exist, so it is a
@@ -141,6 +141,8 @@ pub struct EndpointOut {
     pub oauth2: Option<OAuth2Out>,
     /// Its rate limit, fleet-wide (null: none).
     pub rate_limit: Option<RateLimitOut>,
+    /// `unordered`, or `fifo`: one delivery at a time, in acceptance order.
+    pub ordering: DeliveryOrder,
     /// When it was created.
     pub created_at: Timestamp,
     /// Last change.
@@ -216,6 +218,7 @@ impl EndpointOut {
         let (tls_ca_bundle, tls_client_certificate, previous_identity_until) = tls_shown(&e.tls);
         Self {
             oauth2: e.oauth2.as_ref().map(Into::into),
+            ordering: e.ordering,
             rate_limit: e.rate_limit.map(|l| RateLimitOut {
                 per_second: l.per_second(),
                 burst: l.burst(),

@@ -63,6 +63,9 @@ pub struct Endpoint {
     pub total_timeout_ms: Option<u32>,
     /// Its rate limit: events per second with a burst, fleet-wide.
     pub rate_limit: Option<crate::admission::rate::RateLimit>,
+    /// Whether its deliveries may overtake one another ([`DeliveryOrder::Unordered`]) or go one
+    /// at a time in acceptance order ([`DeliveryOrder::Fifo`]).
+    pub ordering: DeliveryOrder,
     /// Start of the current unbroken run of failures, for auto-disable.
     pub failing_since_ms: Option<i64>,
     /// Headers sent with every attempt, lower-case names (checked by the API: no hop-by-hop,
@@ -116,6 +119,48 @@ impl EndpointTls {
     }
 }
 
+/// How an endpoint's deliveries are ordered.
+///
+/// FIFO: the claim takes only its head (its lowest pending delivery, that is the earliest
+/// accepted message not yet delivered or dead-lettered), only when nothing of it is in flight
+/// anywhere in the fleet; a head in retry back-off holds everything behind it, and a head
+/// dead-lettered lets the next one go. Throughput is one round trip at a time.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryOrder {
+    /// Deliveries go as the lane allows, several at once, retries behind newer ones.
+    #[default]
+    Unordered,
+    /// One in flight at a time, strictly in acceptance order.
+    Fifo,
+}
+
+impl DeliveryOrder {
+    /// The stored code.
+    pub fn code(self) -> i64 {
+        match self {
+            Self::Unordered => 0,
+            Self::Fifo => 1,
+        }
+    }
+
+    /// From the stored code (anything unknown: unordered).
+    pub fn from_code(code: i64) -> Self {
+        if code == 1 {
+            Self::Fifo
+        } else {
+            Self::Unordered
+        }
+    }
+
+    /// One at a time, in order.
+    pub fn is_fifo(self) -> bool {
+        self == Self::Fifo
+    }
+}
+
 /// A rate limit from its two stored columns (both NULL: none; a pair out of range, which no
 /// check lets in: none either).
 pub fn rate_limit_from_columns(
@@ -158,6 +203,7 @@ impl Endpoint {
             read_timeout_ms: None,
             total_timeout_ms: None,
             rate_limit: None,
+            ordering: DeliveryOrder::Unordered,
             failing_since_ms: None,
             headers: BTreeMap::new(),
             tls: EndpointTls::default(),

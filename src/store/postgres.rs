@@ -42,6 +42,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("sql/postgres_009_endpoint_tls_oauth2.sql")),
     (10, include_str!("sql/postgres_010_endpoint_rate_limit.sql")),
     (11, include_str!("sql/postgres_011_heartbeat_tally.sql")),
+    (12, include_str!("sql/postgres_012_endpoint_ordering.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

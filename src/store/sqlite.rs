@@ -37,6 +37,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("sql/sqlite_007_endpoint_tls_oauth2.sql")),
     (8, include_str!("sql/sqlite_008_endpoint_rate_limit.sql")),
     (9, include_str!("sql/sqlite_009_heartbeat_tally.sql")),
+    (10, include_str!("sql/sqlite_010_endpoint_ordering.sql")),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.

@@ -19,6 +19,7 @@ use sluice::store::*;
 mod admin;
 mod claim;
 mod fairness;
+mod fifo;
 mod heartbeats;
 mod insert;
 mod message_log;

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::api::endpoints::{CreateEndpoint, RateLimitIn, UpdateEndpoint};
 use crate::api::error::Problem;
 use crate::console::page::csrf_field;
-use crate::store::Endpoint;
+use crate::store::{DeliveryOrder, Endpoint};
 
 /// The form as submitted (all text; blank means "not set").
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -40,6 +40,8 @@ pub struct EndpointForm {
     /// Its burst; blank for one second's worth.
     #[serde(rename = "rate_limit.burst")]
     pub rate_burst: String,
+    /// `unordered` (or blank) or `fifo`.
+    pub ordering: String,
     /// Headers sent with every attempt, one `Name: value` per line.
     pub headers: String,
     /// CA certificates (PEM) trusted for this endpoint.
@@ -98,6 +100,10 @@ impl From<&Endpoint> for EndpointForm {
                 .map(|l| l.per_second().to_string())
                 .unwrap_or_default(),
             rate_burst: text(e.rate_limit.map(|l| l.burst())),
+            ordering: match e.ordering {
+                DeliveryOrder::Unordered => String::new(),
+                DeliveryOrder::Fifo => "fifo".into(),
+            },
             headers: e
                 .headers
                 .iter()
@@ -158,6 +164,34 @@ fn rate_limit(form: &EndpointForm) -> Result<Option<RateLimitIn>, FieldError> {
     Ok(Some(RateLimitIn { per_second, burst }))
 }
 
+/// The ordering field: blank or `unordered`, or `fifo`.
+fn ordering(form: &EndpointForm) -> Result<DeliveryOrder, FieldError> {
+    match form.ordering.trim() {
+        "" | "unordered" => Ok(DeliveryOrder::Unordered),
+        "fifo" => Ok(DeliveryOrder::Fifo),
+        _ => Err(FieldError {
+            field: "ordering".into(),
+            detail: "ordering must be unordered or fifo".into(),
+        }),
+    }
+}
+
+/// The ordering choice, with what FIFO costs.
+fn ordering_field(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
+    let fifo = form.ordering.trim() == "fifo";
+    let wrong = error.filter(|e| e.field == "ordering");
+    html! {
+        label for="f-ordering" {
+            "Ordering " span.hint { "FIFO sends one delivery at a time, in the order messages were accepted: a failing one holds up the rest until it succeeds or is dead-lettered" }
+        }
+        select id="f-ordering" name="ordering" {
+            option value="unordered" selected[!fifo] { "Unordered (several at once)" }
+            option value="fifo" selected[fifo] { "FIFO (one at a time, in order)" }
+        }
+        @if let Some(e) = wrong { p.field-error role="alert" { (e.detail) } }
+    }
+}
+
 impl EndpointForm {
     fn types(&self) -> Vec<String> {
         self.event_types
@@ -184,6 +218,7 @@ impl EndpointForm {
             tls_client_key: https::optional(&self.tls_client_key),
             oauth2: https::oauth2(self),
             rate_limit: rate_limit(self)?,
+            ordering: ordering(self)?,
             ..CreateEndpoint::default()
         })
     }
@@ -208,6 +243,7 @@ impl EndpointForm {
             total_timeout_ms: Some(number("total_timeout_ms", &self.total_timeout_ms)?),
             headers: Some(header_lines(&self.headers)?),
             rate_limit: Some(rate_limit(self)?),
+            ordering: Some(ordering(self)?),
         })
     }
 }
@@ -291,6 +327,7 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
             (field("description", "Description", "optional", "text", &values.description, error))
             (field("event_types", "Event types", "comma-separated; blank for every type", "text", &values.event_types, error))
             (field("lane_size", "Lane size", &lane_hint, "text", &values.lane_size, error))
+            (ordering_field(values, error))
             (custom_headers(values, error))
             details open[advanced_open] {
                 summary { "Rate limit, latency ceiling and timeouts" }

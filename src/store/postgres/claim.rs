@@ -19,7 +19,12 @@ use crate::store::*;
 /// [`crate::fairness::quotas`]. Rows: each tenant's due endpoints oldest first, locked against
 /// other claimers (SKIP LOCKED), each giving up to its room (`$7`/`$8`, at most `$4`) of due
 /// deliveries through the ready index, until the tenant's quota is read (an endpoint with none
-/// due counts one). Then the `$3` lowest start tags (`pass + k × cost ÷ weight`, ties by tenant
+/// due counts one). A FIFO endpoint gives only its head, its lowest pending delivery (through
+/// `deliveries_pending`), and only when that head is ready and due: while it is leased, by any
+/// dispatcher, or locked by another transaction, nothing behind it is taken (its row lock also
+/// keeps two claims off one endpoint). Its row is always returned to be moved: to the head's
+/// turn, or dropped while the head is in flight (the settlement that ends the head brings it
+/// back). Then the `$3` lowest start tags (`pass + k × cost ÷ weight`, ties by tenant
 /// and `k`) are leased, as [`crate::fairness::choose`] picks them. An endpoint taken to its last
 /// due delivery is returned to be moved; one served with more behind it goes behind its
 /// tenant's others when they wait.
@@ -75,23 +80,32 @@ const CLAIM: &str = "WITH fl AS ( \
             GREATEST(0, ceil((lvl.theta - sel1.pass) * sel1.rate)))::bigint AS quota \
         FROM sel1 CROSS JOIN lvl \
     ), rows0 AS ( \
-        SELECT sel.tenant_id, r.endpoint_id, r.due_ms, r.room, r.id, r.visible_at_ms \
+        SELECT sel.tenant_id, r.endpoint_id, r.due_ms, r.room, r.fifo, r.id, r.visible_at_ms \
         FROM sel CROSS JOIN LATERAL ( \
-            SELECT q.endpoint_id, q.due_ms, q.room, d.id, d.visible_at_ms FROM ( \
-                SELECT q.endpoint_id, q.due_ms, GREATEST(1, LEAST($4::bigint, COALESCE((SELECT r.n \
+            SELECT q.endpoint_id, q.due_ms, q.room, q.fifo, COALESCE(d.id, h.id) AS id, \
+                COALESCE(d.visible_at_ms, h.visible_at_ms) AS visible_at_ms FROM ( \
+                SELECT q.endpoint_id, q.due_ms, CASE WHEN e.fifo THEN 1 ELSE \
+                    GREATEST(1, LEAST($4::bigint, COALESCE((SELECT r.n \
                     FROM unnest($7::text[], $8::bigint[]) AS r(id, n) WHERE r.id = q.endpoint_id \
-                    LIMIT 1), $4::bigint))) AS room \
-                FROM due_endpoints q \
+                    LIMIT 1), $4::bigint))) END AS room, e.fifo \
+                FROM due_endpoints q CROSS JOIN LATERAL (SELECT e.enabled, e.ordering = 1 AS fifo \
+                    FROM endpoints e WHERE e.id = q.endpoint_id) e \
                 WHERE q.tenant_id = sel.tenant_id AND q.due_ms <= $1::bigint \
-                  AND NOT (q.endpoint_id = ANY($2)) \
-                  AND (SELECT e.enabled FROM endpoints e WHERE e.id = q.endpoint_id) \
+                  AND NOT (q.endpoint_id = ANY($2)) AND e.enabled \
                 ORDER BY q.due_ms, q.endpoint_id LIMIT $3::bigint \
                 FOR NO KEY UPDATE OF q SKIP LOCKED) q \
             LEFT JOIN LATERAL ( \
                 SELECT d.id, d.visible_at_ms FROM deliveries d \
-                WHERE d.endpoint_id = q.endpoint_id AND d.state = 0 AND d.visible_at_ms <= $1::bigint \
+                WHERE NOT q.fifo AND d.endpoint_id = q.endpoint_id AND d.state = 0 \
+                  AND d.visible_at_ms <= $1::bigint \
                 ORDER BY d.visible_at_ms LIMIT q.room \
                 FOR UPDATE SKIP LOCKED) d ON true \
+            LEFT JOIN LATERAL ( \
+                SELECT d.id, d.visible_at_ms FROM deliveries d \
+                WHERE q.fifo AND d.id = (SELECT p.id FROM deliveries p \
+                    WHERE p.endpoint_id = q.endpoint_id AND p.state IN (0, 1) ORDER BY p.id LIMIT 1) \
+                  AND d.state = 0 AND d.visible_at_ms <= $1::bigint \
+                FOR UPDATE SKIP LOCKED) h ON true \
             LIMIT sel.quota) r \
         WHERE sel.quota > 0 \
     ), numbered AS ( \
@@ -109,11 +123,11 @@ const CLAIM: &str = "WITH fl AS ( \
         RETURNING d.id, d.message_id, d.endpoint_id, d.tenant_id, d.attempts, d.visible_at_ms \
     ), eps AS ( \
         SELECT r.tenant_id, r.endpoint_id, r.due_ms, min(r.room) AS room, count(r.id) AS supply, \
-            count(p.id) AS got, count(*) AS used \
+            count(p.id) AS got, count(*) AS used, bool_or(r.fifo) AS fifo \
         FROM rows0 r LEFT JOIN chosen p ON p.id = r.id \
         GROUP BY r.tenant_id, r.endpoint_id, r.due_ms \
     ), judged AS ( \
-        SELECT e.endpoint_id, e.tenant_id, e.supply, e.got, \
+        SELECT e.endpoint_id, e.tenant_id, e.supply, e.got, e.fifo, \
             LEAST(e.room, s.quota - ((sum(e.used) OVER (PARTITION BY e.tenant_id \
                 ORDER BY e.due_ms, e.endpoint_id))::bigint - e.used)) AS asked, \
             (sum(e.used) OVER (PARTITION BY e.tenant_id) >= s.quota \
@@ -122,6 +136,7 @@ const CLAIM: &str = "WITH fl AS ( \
     ), rotated AS ( \
         UPDATE due_endpoints q SET due_ms = $1::bigint FROM judged j \
         WHERE q.endpoint_id = j.endpoint_id AND j.supply >= j.asked AND j.got > 0 AND j.keeps \
+            AND NOT j.fifo \
     ) \
     SELECT 0 AS kind, l.id, l.message_id, l.endpoint_id, l.tenant_id, l.attempts, \
            l.visible_at_ms, m.event_type, m.payload, m.created_at_ms, \
@@ -131,7 +146,7 @@ const CLAIM: &str = "WITH fl AS ( \
     CROSS JOIN LATERAL (SELECT * FROM sel s WHERE s.tenant_id = l.tenant_id LIMIT 1) s \
     UNION ALL \
     SELECT 1, NULL, NULL, endpoint_id, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
-    FROM judged WHERE supply < asked AND got = supply \
+    FROM judged WHERE (supply < asked AND got = supply) OR fifo \
     UNION ALL \
     SELECT 2, NULL, NULL, NULL, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
     FROM ten0 WHERE NOT ok \
@@ -170,8 +185,11 @@ const MOVE_DUE: &str = "WITH l AS ( \
         WHERE q.endpoint_id = ANY($1::text[] || $2::text[]) \
         ORDER BY q.endpoint_id FOR UPDATE SKIP LOCKED \
     ), n AS ( \
-        SELECT l.id, (SELECT min(d.visible_at_ms) FROM deliveries d \
-            WHERE d.endpoint_id = l.id AND d.state = 0) AS next \
+        SELECT l.id, CASE WHEN (SELECT e.ordering FROM endpoints e WHERE e.id = l.id) = 1 \
+            THEN (SELECT CASE WHEN h.state = 0 THEN h.visible_at_ms END FROM deliveries h \
+                WHERE h.endpoint_id = l.id AND h.state IN (0, 1) ORDER BY h.id LIMIT 1) \
+            ELSE (SELECT min(d.visible_at_ms) FROM deliveries d \
+                WHERE d.endpoint_id = l.id AND d.state = 0) END AS next \
         FROM l WHERE l.id = ANY($1) \
     ), gone AS ( \
         DELETE FROM due_endpoints q USING n WHERE q.endpoint_id = n.id AND n.next IS NULL \

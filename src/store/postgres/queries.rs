@@ -12,7 +12,7 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst";
+    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering";
 
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
@@ -44,8 +44,11 @@ const SETTLE: &str = "WITH v AS ( \
         JOIN upd ON upd.id = a.id \
     ), due AS ( \
         SELECT sluice_mark_work_due(array_agg(endpoint_id), array_agg(tenant_id), \
-            array_agg(visible_at_ms)) \
-        FROM upd WHERE state = 0 \
+            array_agg(CASE WHEN state = 0 THEN visible_at_ms ELSE $9 END)) \
+        FROM upd WHERE state = 0 OR (state IN (2, 3) \
+            AND (SELECT e.ordering FROM endpoints e WHERE e.id = upd.endpoint_id) = 1 \
+            AND EXISTS (SELECT 1 FROM deliveries p \
+                WHERE p.endpoint_id = upd.endpoint_id AND p.state = 0)) \
     ) SELECT upd.id FROM upd, due";
 
 /// An enqueue batch in one statement, committed on its own: the messages (a repeated
@@ -373,6 +376,7 @@ fn endpoint_row(r: &Row) -> Endpoint {
         tls: EndpointTls::from_column(r.get(20)),
         oauth2: oauth2_from_column(r.get(21)),
         rate_limit: rate_limit_from_columns(r.get(22), r.get(23)),
+        ordering: DeliveryOrder::from_code(i64::from(r.get::<_, i16>(24))),
     }
 }
 
@@ -393,7 +397,7 @@ pub(super) async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20, $21, $22, $23, $24)"
+             $20, $21, $22, $23, $24, $25)"
         ),
         &[
             &e.id,
@@ -420,6 +424,7 @@ pub(super) async fn create_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
             &oauth2_column(&e.oauth2),
             &e.rate_limit.map(|l| l.per_second()),
             &e.rate_limit.map(|l| i64::from(l.burst())),
+            &(e.ordering.code() as i16),
         ],
     )
     .await
@@ -499,7 +504,7 @@ pub(super) async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
              disabled_reason = $10, lane_size = $11, latency_ceiling_ms = $12, \
              connect_timeout_ms = $13, read_timeout_ms = $14, total_timeout_ms = $15, \
              updated_at_ms = $16, headers = $17, tls = $18, oauth2 = $19, \
-             rate_per_second = $20, rate_burst = $21 \
+             rate_per_second = $20, rate_burst = $21, ordering = $22 \
              WHERE id = $1 AND tenant_id = $2",
             &[
                 &e.id,
@@ -523,6 +528,7 @@ pub(super) async fn update_endpoint(c: &impl GenericClient, e: &Endpoint) -> Sto
                 &oauth2_column(&e.oauth2),
                 &e.rate_limit.map(|l| l.per_second()),
                 &e.rate_limit.map(|l| i64::from(l.burst())),
+                &(e.ordering.code() as i16),
             ],
         )
         .await
@@ -905,6 +911,13 @@ pub(super) async fn purge(c: &impl GenericClient, before_ms: i64, limit: u32) ->
     Ok(ids.len() as u64)
 }
 
+/// FIFO endpoints whose head the reaper just dead-lettered as poison: due again when anything
+/// waits behind them (rare, so a walk of the FIFO endpoints is cheap enough).
+const FIFO_AFTER_POISON: &str = "SELECT sluice_mark_work_due(array_agg(e.id), array_agg(e.tenant_id), \
+         array_agg($1::bigint)) FROM endpoints e WHERE e.ordering = 1 AND e.enabled \
+       AND NOT EXISTS (SELECT 1 FROM deliveries p WHERE p.endpoint_id = e.id AND p.state = 1) \
+       AND EXISTS (SELECT 1 FROM deliveries p WHERE p.endpoint_id = e.id AND p.state = 0)";
+
 pub(super) async fn reap(
     c: &impl GenericClient,
     now_ms: i64,
@@ -921,6 +934,9 @@ pub(super) async fn reap(
         )
         .await
         .map_err(pg)?;
+    if dead > 0 {
+        c.execute(FIFO_AFTER_POISON, &[&now_ms]).await.map_err(pg)?;
+    }
     let returned = c
         .query_one(
             "WITH r AS (UPDATE deliveries SET state = 0, visible_at_ms = $1, \

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::db;
 use crate::fairness::{self, Turn};
@@ -24,7 +24,7 @@ const FRESH_TENANTS: &str = "SELECT d.tenant_id, d.pass, d.cost, t.weight, t.max
 /// The highest pass: where a dispatcher's first claim puts its floor.
 const TOP_PASS: &str = "SELECT max(pass) FROM due_tenants";
 /// A tenant's due, enabled endpoints, longest due first (ties by id).
-const TENANT_ENDPOINTS: &str = "SELECT q.endpoint_id FROM due_endpoints q \
+const TENANT_ENDPOINTS: &str = "SELECT q.endpoint_id, e.ordering FROM due_endpoints q \
      JOIN endpoints e ON e.id = q.endpoint_id AND e.enabled = 1 \
      WHERE q.tenant_id = ?1 AND q.due_ms <= ?2 ORDER BY q.due_ms, q.endpoint_id LIMIT ?3";
 /// Does a tenant have any endpoint due now, enabled or not?
@@ -36,11 +36,17 @@ const CHARGE: &str = "UPDATE due_tenants SET pass = max(coalesce(pass, ?2), ?2) 
      cost = CASE WHEN ?6 > 0 THEN ?3 / ?6 ELSE cost END \
      WHERE tenant_id = ?1 AND due_ms <= ?5";
 
+/// When a FIFO endpoint next has work: its head's turn, or never while the head is in flight.
+const NEXT_DUE_FIFO: &str = "SELECT CASE WHEN state = 0 THEN visible_at_ms END FROM deliveries \
+     WHERE endpoint_id = ?1 AND state IN (0, 1) ORDER BY id LIMIT 1";
 /// When an endpoint next has work, once this claim's picks are leased.
 const NEXT_DUE: &str =
     "SELECT min(visible_at_ms) FROM deliveries WHERE endpoint_id = ?1 AND state = 0";
 const CLAIM_DUE: &str = "SELECT id, message_id, attempts, visible_at_ms FROM deliveries \
      WHERE state = 0 AND endpoint_id = ?1 AND visible_at_ms <= ?2 ORDER BY visible_at_ms LIMIT ?3";
+/// A FIFO endpoint's head: its lowest pending delivery, ready or leased (see migration 10).
+const FIFO_HEAD: &str = "SELECT id, message_id, attempts, visible_at_ms, state FROM deliveries \
+     WHERE endpoint_id = ?1 AND state IN (0, 1) ORDER BY id LIMIT 1";
 const CLAIM_MARK: &str = "UPDATE deliveries SET state = 1, lease_until_ms = ?1, lease_token = ?2, \
      updated_at_ms = ?3 WHERE id = ?4";
 const MESSAGE_BODY: &str = "SELECT event_type, payload, created_at_ms FROM messages WHERE id = ?1";
@@ -163,7 +169,7 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
     let mut body = c.prepare_cached(MESSAGE_BODY).map_err(db)?;
     let mut bodies: HashMap<String, (String, String, i64)> = HashMap::new();
     let mut rotate: Vec<&str> = Vec::new();
-    let mut moved: Vec<&str> = Vec::new();
+    let mut moved: Vec<(&str, bool)> = Vec::new();
     for ((p, (turn, r)), &n) in picks.iter().zip(turns.iter().zip(&read)).zip(&taken) {
         for row in &r.rows[..n as usize] {
             mark.execute(params![lease_until, token, req.now_ms, row.id])
@@ -196,9 +202,15 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
         for e in &r.endpoints {
             let got = (n as usize).saturating_sub(before).min(e.supply as usize) as u32;
             before += e.supply as usize;
-            if e.supply < e.asked {
+            if e.fifo {
+                // A FIFO endpoint waits for its head whatever was taken: its row moves to
+                // the head's next turn, or goes while the head is in flight (the settlement
+                // that ends the head brings it back).
+                moved.push((&e.name, true));
+                reevaluate.insert(p.tenant.clone());
+            } else if e.supply < e.asked {
                 if got == e.supply {
-                    moved.push(&e.name);
+                    moved.push((&e.name, false));
                     reevaluate.insert(p.tenant.clone());
                 }
             } else if got > 0 && r.keeps_turns {
@@ -219,13 +231,20 @@ struct Pick {
     cost: Option<f64>,
     share: SharePolicy,
     /// Its due endpoints it may take from, oldest due first.
-    endpoints: Vec<String>,
+    endpoints: Vec<DueEndpoint>,
+}
+
+/// A due endpoint a claim may take from.
+struct DueEndpoint {
+    name: String,
+    /// FIFO: only its head, and only while nothing of it is in flight.
+    fifo: bool,
 }
 
 /// What a tenant's due endpoints look like to this claim.
 enum Due {
     /// Endpoints it may take from (and whether more may be due behind them).
-    Some(Vec<String>),
+    Some(Vec<DueEndpoint>),
     /// Due endpoints, every one excluded (lane full, paused, breaker open) or disabled.
     Held,
     /// Nothing due at all: its row is early, to be corrected.
@@ -235,6 +254,7 @@ enum Due {
 /// One endpoint read for a tenant.
 struct EndpointRead {
     name: String,
+    fifo: bool,
     /// How many deliveries were asked of it: its room, or what was left of the quota.
     asked: u32,
     /// How many were due.
@@ -286,7 +306,7 @@ fn apply_charges(c: &Connection, req: &ClaimRequest) -> StoreResult<()> {
 fn read_tenant(
     c: &Connection,
     req: &ClaimRequest,
-    endpoints: &[String],
+    endpoints: &[DueEndpoint],
     quota: u32,
     rooms: &HashMap<&str, u32>,
 ) -> StoreResult<Read> {
@@ -299,10 +319,49 @@ fn read_tenant(
         return Ok(read);
     }
     let mut due = c.prepare_cached(CLAIM_DUE).map_err(db)?;
+    let mut head = c.prepare_cached(FIFO_HEAD).map_err(db)?;
     let mut used = 0u32;
-    for endpoint in endpoints {
+    for DueEndpoint {
+        name: endpoint,
+        fifo,
+    } in endpoints
+    {
         if used >= quota {
             break;
+        }
+        if *fifo {
+            let index = read.endpoints.len();
+            let found: Option<(Row, i64)> = head
+                .query_row([endpoint], |r| {
+                    Ok((
+                        Row {
+                            id: r.get(0)?,
+                            message_id: r.get(1)?,
+                            attempts: r.get(2)?,
+                            visible_at_ms: r.get(3)?,
+                            endpoint: index,
+                        },
+                        r.get(4)?,
+                    ))
+                })
+                .optional()
+                .map_err(db)?;
+            let mut supply = 0;
+            if let Some((row, state)) = found
+                && state == DeliveryState::Ready.code()
+                && row.visible_at_ms <= req.now_ms
+            {
+                supply = 1;
+                read.rows.push(row);
+            }
+            used += 1;
+            read.endpoints.push(EndpointRead {
+                name: endpoint.clone(),
+                fifo: true,
+                asked: 1,
+                supply,
+            });
+            continue;
         }
         let room = rooms
             .get(endpoint.as_str())
@@ -329,6 +388,7 @@ fn read_tenant(
         used += supply.max(1);
         read.endpoints.push(EndpointRead {
             name: endpoint.clone(),
+            fifo: false,
             asked,
             supply,
         });
@@ -348,18 +408,23 @@ fn due_state(
 ) -> StoreResult<Due> {
     let mut s = c.prepare_cached(TENANT_ENDPOINTS).map_err(db)?;
     // Read past the excluded ones, which sort anywhere among the due.
-    let rows: Vec<String> = s
+    let rows: Vec<DueEndpoint> = s
         .query_map(
             params![tenant, now_ms, (wanted + exclude.len()) as i64],
-            |r| r.get(0),
+            |r| {
+                Ok(DueEndpoint {
+                    name: r.get(0)?,
+                    fifo: DeliveryOrder::from_code(r.get(1)?).is_fifo(),
+                })
+            },
         )
         .map_err(db)?
         .collect::<Result<_, _>>()
         .map_err(db)?;
     let seen = !rows.is_empty();
-    let endpoints: Vec<String> = rows
+    let endpoints: Vec<DueEndpoint> = rows
         .into_iter()
-        .filter(|e| !exclude.contains(e.as_str()))
+        .filter(|e| !exclude.contains(e.name.as_str()))
         .take(wanted)
         .collect();
     if !endpoints.is_empty() {
@@ -379,8 +444,14 @@ fn due_state(
 /// their tenant has more due endpoints than this claim served, they move behind the others
 /// (round robin). Endpoints that gave less have no due work left: their rows move to their next
 /// work or go.
-fn reschedule(c: &Connection, rotate: &[&str], moved: &[&str], now_ms: i64) -> StoreResult<()> {
+fn reschedule(
+    c: &Connection,
+    rotate: &[&str],
+    moved: &[(&str, bool)],
+    now_ms: i64,
+) -> StoreResult<()> {
     let mut next = c.prepare_cached(NEXT_DUE).map_err(db)?;
+    let mut next_fifo = c.prepare_cached(NEXT_DUE_FIFO).map_err(db)?;
     let mut set = c
         .prepare_cached("UPDATE due_endpoints SET due_ms = ?2 WHERE endpoint_id = ?1")
         .map_err(db)?;
@@ -390,8 +461,16 @@ fn reschedule(c: &Connection, rotate: &[&str], moved: &[&str], now_ms: i64) -> S
     for endpoint in rotate {
         set.execute(params![endpoint, now_ms]).map_err(db)?;
     }
-    for endpoint in moved {
-        let at: Option<i64> = next.query_row([endpoint], |r| r.get(0)).map_err(db)?;
+    for &(endpoint, fifo) in moved {
+        let at: Option<i64> = if fifo {
+            next_fifo
+                .query_row([endpoint], |r| r.get(0))
+                .optional()
+                .map_err(db)?
+                .flatten()
+        } else {
+            next.query_row([endpoint], |r| r.get(0)).map_err(db)?
+        };
         match at {
             Some(at) => set.execute(params![endpoint, at.max(now_ms)]),
             None => drop.execute([endpoint]),

@@ -12,7 +12,7 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst";
+    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering";
 
 const DELIVERY_COLUMNS: &str = "id, message_id, endpoint_id, state, attempts, visible_at_ms, \
     last_status, last_error, created_at_ms, updated_at_ms";
@@ -23,6 +23,15 @@ const SETTLE: &str = "UPDATE deliveries SET state = ?1, visible_at_ms = COALESCE
      last_status = CASE WHEN ?7 THEN ?4 ELSE last_status END, \
      last_error = CASE WHEN ?7 THEN ?5 ELSE last_error END, updated_at_ms = ?6 \
      WHERE id = ?8 AND lease_token = ?9 AND state = 1";
+/// A FIFO endpoint whose head was just delivered or dead-lettered is due again when anything
+/// waits behind it (its row went when the head was claimed; see `claim::reschedule`).
+const FIFO_NEXT: &str = "INSERT INTO due_endpoints (endpoint_id, tenant_id, due_ms) \
+     SELECT d.endpoint_id, d.tenant_id, ?2 FROM deliveries d \
+     WHERE d.id = ?1 AND d.state IN (2, 3) \
+       AND (SELECT e.ordering FROM endpoints e WHERE e.id = d.endpoint_id) = 1 \
+       AND EXISTS (SELECT 1 FROM deliveries p WHERE p.endpoint_id = d.endpoint_id AND p.state = 0) \
+     ON CONFLICT (endpoint_id) DO UPDATE SET due_ms = excluded.due_ms \
+         WHERE excluded.due_ms < due_endpoints.due_ms";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (delivery_id, started_at_ms, duration_ms, \
      status, error_kind, response) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
@@ -225,6 +234,7 @@ fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
         tls: EndpointTls::from_column(r.get::<_, Option<String>>(20)?.as_deref()),
         oauth2: oauth2_from_column(r.get::<_, Option<String>>(21)?.as_deref()),
         rate_limit: rate_limit_from_columns(r.get(22)?, r.get(23)?),
+        ordering: DeliveryOrder::from_code(r.get(24)?),
     })
 }
 
@@ -241,7 +251,7 @@ pub(super) fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-             ?20, ?21, ?22, ?23, ?24)"
+             ?20, ?21, ?22, ?23, ?24, ?25)"
         ),
         params![
             e.id,
@@ -267,7 +277,8 @@ pub(super) fn create_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
             e.tls.to_column(),
             oauth2_column(&e.oauth2),
             e.rate_limit.map(|l| l.per_second()),
-            e.rate_limit.map(|l| l.burst())
+            e.rate_limit.map(|l| l.burst()),
+            e.ordering.code()
         ],
     )
     .map_err(db)?;
@@ -334,7 +345,7 @@ pub(super) fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
              disabled_reason = ?10, lane_size = ?11, latency_ceiling_ms = ?12, \
              connect_timeout_ms = ?13, read_timeout_ms = ?14, total_timeout_ms = ?15, \
              updated_at_ms = ?16, headers = ?17, tls = ?18, oauth2 = ?19, \
-             rate_per_second = ?20, rate_burst = ?21 \
+             rate_per_second = ?20, rate_burst = ?21, ordering = ?22 \
              WHERE id = ?1 AND tenant_id = ?2",
             params![
                 e.id,
@@ -357,7 +368,8 @@ pub(super) fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
                 e.tls.to_column(),
                 oauth2_column(&e.oauth2),
                 e.rate_limit.map(|l| l.per_second()),
-                e.rate_limit.map(|l| l.burst())
+                e.rate_limit.map(|l| l.burst()),
+                e.ordering.code()
             ],
         )
         .map_err(db)?;
@@ -620,6 +632,7 @@ pub(super) fn settle(
 ) -> StoreResult<Vec<i64>> {
     let mut update = c.prepare_cached(SETTLE).map_err(db)?;
     let mut insert = c.prepare_cached(INSERT_ATTEMPT).map_err(db)?;
+    let mut fifo_next = c.prepare_cached(FIFO_NEXT).map_err(db)?;
     let mut applied = Vec::with_capacity(settlements.len());
     for s in settlements {
         let row = SettleRow::of(s, now_ms);
@@ -640,6 +653,11 @@ pub(super) fn settle(
             continue;
         }
         applied.push(s.delivery_id);
+        if row.state != DeliveryState::Ready.code() {
+            fifo_next
+                .execute(params![s.delivery_id, now_ms])
+                .map_err(db)?;
+        }
         if let Some(a) = &s.attempt {
             insert
                 .execute(params![
@@ -703,6 +721,14 @@ pub(super) fn purge(c: &Connection, before_ms: i64, limit: u32) -> StoreResult<u
     Ok(ids.len() as u64)
 }
 
+/// FIFO endpoints whose head the reaper just dead-lettered as poison: due again when anything
+/// waits behind them (rare, so a walk of the FIFO endpoints is cheap enough).
+const FIFO_AFTER_POISON: &str = "INSERT INTO due_endpoints (endpoint_id, tenant_id, due_ms) \
+     SELECT e.id, e.tenant_id, ?1 FROM endpoints e WHERE e.ordering = 1 AND e.enabled = 1 \
+       AND NOT EXISTS (SELECT 1 FROM deliveries p WHERE p.endpoint_id = e.id AND p.state = 1) \
+       AND EXISTS (SELECT 1 FROM deliveries p WHERE p.endpoint_id = e.id AND p.state = 0) \
+     ON CONFLICT (endpoint_id) DO NOTHING";
+
 pub(super) fn reap(c: &Connection, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {
     let dead = c
         .execute(
@@ -713,6 +739,11 @@ pub(super) fn reap(c: &Connection, now_ms: i64, max_expiries: u32) -> StoreResul
             params![now_ms, max_expiries],
         )
         .map_err(db)?;
+    if dead > 0 {
+        c.prepare_cached(FIFO_AFTER_POISON)
+            .and_then(|mut s| s.execute([now_ms]))
+            .map_err(db)?;
+    }
     let returned = c
         .execute(
             "UPDATE deliveries SET state = 0, visible_at_ms = ?1, lease_until_ms = NULL, \
