@@ -14,6 +14,8 @@ mod hostile;
 mod metrics;
 #[path = "api/operator.rs"]
 mod operator;
+#[path = "api/ordering.rs"]
+mod ordering;
 #[path = "api/rate_limit.rs"]
 mod rate_limit;
 #[path = "api/resources.rs"]

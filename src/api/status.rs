@@ -14,6 +14,7 @@ use super::AppState;
 use super::auth::TenantAuth;
 use super::error::{ApiResult, Problem};
 use super::tenant_status::ShareStatus;
+use super::time::Timestamp;
 use super::views::check_id;
 use crate::dispatcher::{EndpointView, LaneBasis, Look};
 use crate::stats::window::DEFAULT_WINDOW;
@@ -97,6 +98,40 @@ pub struct EndpointStatus {
     /// The account's share of the pool: whether its deliveries wait for their turn beside other
     /// accounts' (`condition: held`), with the figures. It names no other account.
     pub account_share: super::tenant_status::ShareStatus,
+    /// For a FIFO endpoint: the delivery everything else waits behind, and how many wait
+    /// (null for an unordered endpoint).
+    pub fifo: Option<FifoStatus>,
+}
+
+/// A FIFO endpoint's queue as the store holds it now.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FifoStatus {
+    /// The head: the earliest accepted message not yet delivered or dead-lettered, attempted
+    /// (or waiting for its turn) alone; null when nothing is pending.
+    pub head: Option<FifoHead>,
+    /// Deliveries waiting behind it.
+    pub behind: u64,
+    /// Whether the head is failing and holding the rest: its last attempt failed.
+    pub held_by_head: bool,
+}
+
+/// The head of a FIFO endpoint's queue.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FifoHead {
+    /// Its delivery.
+    pub delivery_id: i64,
+    /// Its message.
+    pub message_id: String,
+    /// `ready` (waiting for its turn or its retry) or `leased` (being attempted).
+    pub state: super::views::StateParam,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When it is (or was) next due.
+    pub next_attempt_at: Timestamp,
+    /// The last attempt's HTTP status, if it got one.
+    pub last_status: Option<u16>,
+    /// The last attempt's error kind, if it failed without one.
+    pub last_error: Option<String>,
 }
 
 /// The endpoint's evidence; another tenant's endpoint is a 404.
@@ -113,6 +148,34 @@ pub(crate) async fn status(
     Path(id): Path<String>,
 ) -> ApiResult<Json<EndpointStatus>> {
     endpoint_status(&state, &tenant.id, &id).await.map(Json)
+}
+
+/// A FIFO endpoint's head and backlog (a store that does not answer leaves them empty, not the
+/// evidence).
+async fn fifo_status(state: &AppState, id: &str) -> FifoStatus {
+    let head = state.store.fifo_head(id).await.ok().flatten();
+    let waiting = state.store.endpoint_waiting(id).await.unwrap_or(0);
+    // The ready count includes the head unless it is in flight.
+    let behind = match &head {
+        Some(h) if h.state == crate::store::DeliveryState::Ready => waiting.saturating_sub(1),
+        _ => waiting,
+    };
+    let failing = head
+        .as_ref()
+        .is_some_and(|h| h.attempts > 0 && (h.last_status.is_some() || h.last_error.is_some()));
+    FifoStatus {
+        held_by_head: failing && behind > 0,
+        behind,
+        head: head.map(|h| FifoHead {
+            delivery_id: h.id,
+            message_id: h.message_id,
+            state: h.state.into(),
+            attempts: h.attempts,
+            next_attempt_at: Timestamp::from_ms(h.visible_at_ms),
+            last_status: h.last_status,
+            last_error: h.last_error,
+        }),
+    }
 }
 
 /// The evidence for `tenant`'s endpoint `id` (another tenant's id is a 404): what the JSON
@@ -132,10 +195,31 @@ pub(crate) async fn endpoint_status(
         Some(_) => state.store.endpoint_waiting(&endpoint.id).await.ok(),
         None => None,
     };
+    let fifo = endpoint.ordering.is_fifo();
     let mut out = match &state.dispatcher {
         Some(ctx) => live(state, ctx, endpoint, share, waiting),
         None => from_store(state, endpoint, share, waiting).await?,
     };
+    if fifo {
+        out.fifo = Some(fifo_status(state, &out.endpoint_id).await);
+    }
+    if let Some(FifoStatus {
+        head: Some(head),
+        behind,
+        held_by_head: true,
+    }) = &out.fifo
+    {
+        let last = match (head.last_status, &head.last_error) {
+            (Some(status), _) => format!("HTTP {status}"),
+            (None, Some(error)) => error.clone(),
+            (None, None) => "a failure".into(),
+        };
+        out.sentence = format!(
+            "FIFO: {behind} deliveries wait behind message {} ({} attempts, last {last}); they go \
+             once it is delivered or dead-lettered; {}",
+            head.message_id, head.attempts, out.sentence
+        );
+    }
     if out.account_share.condition == super::tenant_status::ShareCondition::Held {
         out.sentence = format!(
             "{}; your account's deliveries are {}",
@@ -301,6 +385,7 @@ fn build(
         shed_share: s.shed_share,
         sustainable_per_s: ev.sustainable_per_s,
         sentence: ev.sentence,
+        fifo: None,
         account_share,
     }
 }

@@ -138,6 +138,10 @@ impl Store for Bounded {
         self.run(self.inner.endpoint_waiting(id)).await
     }
 
+    async fn fifo_head(&self, id: &str) -> StoreResult<Option<DeliveryView>> {
+        self.run(self.inner.fifo_head(id)).await
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         self.run(self.inner.create_endpoint(endpoint)).await
     }

@@ -125,6 +125,9 @@ pub trait Store: Send + Sync + 'static {
     /// Deliveries to an endpoint waiting to be attempted (ready, due now or later): one count
     /// on the ready index, for the evidence of a rate-limited endpoint.
     async fn endpoint_waiting(&self, id: &str) -> StoreResult<u64>;
+    /// A FIFO endpoint's head: its lowest pending (ready or leased) delivery, the one everything
+    /// else of it waits behind; `None` when nothing is pending.
+    async fn fifo_head(&self, id: &str) -> StoreResult<Option<DeliveryView>>;
 
     // ---- endpoints ------------------------------------------------------------------------
 

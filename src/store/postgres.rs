@@ -303,6 +303,10 @@ impl Store for PostgresStore {
         queries::endpoint_waiting(&self.client().await?, id).await
     }
 
+    async fn fifo_head(&self, id: &str) -> StoreResult<Option<DeliveryView>> {
+        queries::fifo_head(&self.client().await?, id).await
+    }
+
     async fn delete_tenant(&self, id: &str) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;

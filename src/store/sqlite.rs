@@ -353,6 +353,11 @@ impl Store for SqliteStore {
         self.read(move |c| queries::endpoint_waiting(c, &id)).await
     }
 
+    async fn fifo_head(&self, id: &str) -> StoreResult<Option<DeliveryView>> {
+        let id = id.to_owned();
+        self.read(move |c| queries::fifo_head(c, &id)).await
+    }
+
     async fn create_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         let endpoint = endpoint.clone();
         self.write(move |c| queries::create_endpoint(c, &endpoint))

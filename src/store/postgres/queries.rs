@@ -277,6 +277,23 @@ pub(super) async fn set_tenant_share(
 const ENDPOINT_WAITING: &str =
     "SELECT count(*) FROM deliveries WHERE endpoint_id = $1 AND state = 0";
 
+pub(super) async fn fifo_head(
+    c: &impl GenericClient,
+    id: &str,
+) -> StoreResult<Option<DeliveryView>> {
+    let row = c
+        .query_opt(
+            &format!(
+                "SELECT {DELIVERY_COLUMNS} FROM deliveries \
+                 WHERE endpoint_id = $1 AND state IN (0, 1) ORDER BY id LIMIT 1"
+            ),
+            &[&id],
+        )
+        .await
+        .map_err(pg)?;
+    Ok(row.as_ref().map(delivery_row))
+}
+
 pub(super) async fn endpoint_waiting(c: &impl GenericClient, id: &str) -> StoreResult<u64> {
     let row = c.query_one(ENDPOINT_WAITING, &[&id]).await.map_err(pg)?;
     Ok(row.get::<_, i64>(0).max(0) as u64)

@@ -1013,6 +1013,15 @@ pub(super) fn queue_stats(c: &Connection, now_ms: i64) -> StoreResult<QueueStats
 const ENDPOINT_WAITING: &str =
     "SELECT count(*) FROM deliveries WHERE endpoint_id = ?1 AND state = 0";
 
+pub(super) fn fifo_head(c: &Connection, id: &str) -> StoreResult<Option<DeliveryView>> {
+    c.prepare_cached(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE endpoint_id = ?1 AND state IN (0, 1) \
+         ORDER BY id LIMIT 1"
+    ))
+    .and_then(|mut s| s.query_row([id], delivery_row).optional())
+    .map_err(db)
+}
+
 pub(super) fn endpoint_waiting(c: &Connection, id: &str) -> StoreResult<u64> {
     let n: i64 = c
         .prepare_cached(ENDPOINT_WAITING)
