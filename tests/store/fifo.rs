@@ -404,3 +404,170 @@ support::drivers!(
     check_fifo_order_under_concurrent_claims,
     check_fifo_switched_off_releases_the_backlog,
 );
+
+// ---- the ordering core, by property ------------------------------------------------------------
+
+mod property {
+    use super::*;
+
+    use proptest::prelude::*;
+
+    /// One step a fleet might take.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Messages accepted one after another.
+        Accept(usize),
+        /// A claim with this limit and per-endpoint share.
+        Claim(u32, u32),
+        /// The in-flight delivery at this index (modulo) ends: 0 delivered, 1 retry, 2 dead,
+        /// 3 shed.
+        Settle(usize, u8),
+        /// Time passes (ms).
+        Tick(i64),
+        /// Every lease expires and the reaper returns them (the dispatchers were killed).
+        Expire,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            2 => (1usize..4).prop_map(Step::Accept),
+            4 => (1u32..6, 1u32..4).prop_map(|(l, p)| Step::Claim(l, p)),
+            4 => (0usize..8, 0u8..4).prop_map(|(i, o)| Step::Settle(i, o)),
+            1 => (1i64..3_000).prop_map(Step::Tick),
+            1 => Just(Step::Expire),
+        ]
+    }
+
+    const LEASE_MS: i64 = 60_000;
+
+    /// What the receivers of the FIFO endpoints must see: per endpoint, the messages finished
+    /// (delivered or dead-lettered) in acceptance order, and at most one in flight.
+    struct Model {
+        order: Vec<String>,
+        /// Endpoint → index (in `order`) of the next message not finished.
+        next: HashMap<String, usize>,
+        /// In flight: the claim, and whether it is on a FIFO endpoint.
+        in_flight: Vec<Claimed>,
+    }
+
+    async fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
+        let (store, _dir) = support::fresh_sqlite();
+        let t = tenant(&store).await;
+        let fifo: Vec<String> = [
+            fifo_endpoint(&store, &t).await,
+            fifo_endpoint(&store, &t).await,
+        ]
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+        endpoint(&store, &t, &[]).await;
+        let mut clock = now_ms();
+        let mut m = Model {
+            order: Vec::new(),
+            next: fifo.iter().map(|e| (e.clone(), 0)).collect(),
+            in_flight: Vec::new(),
+        };
+        let claim = |clock: i64, limit: u32, per: u32| {
+            let store = store.clone();
+            async move {
+                let mut r = req(clock, limit, per);
+                r.lease_ms = LEASE_MS;
+                store.claim(&r).await.unwrap().claimed
+            }
+        };
+        for s in steps.into_iter().chain([Step::Expire]) {
+            match s {
+                Step::Accept(n) => m.order.extend(accept_in_order(&store, &t, n, clock).await),
+                Step::Claim(limit, per) => {
+                    for c in claim(clock, limit, per).await {
+                        if let Some(&next) = m.next.get(&c.endpoint_id) {
+                            prop_assert!(
+                                !m.in_flight.iter().any(|f| f.endpoint_id == c.endpoint_id),
+                                "two in flight on {}",
+                                c.endpoint_id
+                            );
+                            prop_assert_eq!(
+                                Some(&c.message_id),
+                                m.order.get(next),
+                                "not the head of {}",
+                                c.endpoint_id
+                            );
+                        }
+                        m.in_flight.push(c);
+                    }
+                }
+                Step::Settle(i, outcome) if !m.in_flight.is_empty() => {
+                    let c = m.in_flight.remove(i % m.in_flight.len());
+                    let (outcome, attempt_made) = match outcome {
+                        0 => (SettleOutcome::Delivered, true),
+                        1 => (
+                            SettleOutcome::Retry {
+                                at_ms: clock + 1_000,
+                            },
+                            true,
+                        ),
+                        2 => (
+                            SettleOutcome::Dead {
+                                reason: "gone".into(),
+                            },
+                            true,
+                        ),
+                        _ => (SettleOutcome::Shed { at_ms: clock + 500 }, false),
+                    };
+                    let finished = matches!(
+                        outcome,
+                        SettleOutcome::Delivered | SettleOutcome::Dead { .. }
+                    );
+                    let a = attempt_made.then(|| attempt(Some(200), None));
+                    store
+                        .settle(&[settlement(&c, outcome, a)], clock)
+                        .await
+                        .unwrap();
+                    if finished && let Some(next) = m.next.get_mut(&c.endpoint_id) {
+                        *next += 1;
+                    }
+                }
+                Step::Settle(..) => {}
+                Step::Tick(ms) => clock += ms,
+                Step::Expire => {
+                    clock += LEASE_MS + 1;
+                    store.reap(clock, 1_000).await.unwrap();
+                    m.in_flight.clear();
+                }
+            }
+        }
+        // Then everything goes, in order: nothing is stranded.
+        for _ in 0..(m.order.len() * 3 + 10) {
+            clock += 1_001;
+            let batch = claim(clock, 10, 10).await;
+            for c in &batch {
+                if let Some(next) = m.next.get_mut(&c.endpoint_id) {
+                    prop_assert_eq!(Some(&c.message_id), m.order.get(*next));
+                    *next += 1;
+                }
+            }
+            let done: Vec<Settlement> = batch
+                .iter()
+                .map(|c| settlement(c, SettleOutcome::Delivered, Some(attempt(Some(200), None))))
+                .collect();
+            store.settle(&done, clock).await.unwrap();
+        }
+        for e in &fifo {
+            prop_assert_eq!(m.next[e], m.order.len(), "{} stranded messages", e);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+        /// Whatever claims, settlements, retries, sheds, dead letters and lease expiries come
+        /// in whatever order, a FIFO endpoint's claims are its head alone, never two in flight,
+        /// and in the end every message goes, in acceptance order.
+        #[test]
+        fn fifo_claims_follow_acceptance_order(steps in prop::collection::vec(step(), 1..40)) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(run(steps))?;
+        }
+    }
+}
