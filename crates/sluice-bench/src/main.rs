@@ -29,6 +29,7 @@ mod chart;
 mod compare;
 mod dead_endpoint;
 mod drain;
+mod fifo;
 mod fleet;
 mod flood;
 mod harness;
@@ -78,6 +79,10 @@ pub enum Scenario {
     /// An endpoint with a rate limit, offered three times its limit, among healthy ones: what
     /// it receives per second against its limit, and the healthy endpoints' latency.
     RateLimited,
+    /// FIFO endpoints (one delivery at a time, in acceptance order) offered more than they
+    /// can take, beside healthy ones: deliveries/s of each, the order read back from the store,
+    /// and the healthy endpoints' latency.
+    Fifo,
     /// A recorded peak shape (mixed, throttling, slow, dead endpoints) at 1×, 2× and 4×: oldest
     /// ready age, pool utilisation, 429 share, with pass/fail verdicts.
     Replay,
@@ -104,6 +109,7 @@ impl Scenario {
             Scenario::Throttled => "throttled",
             Scenario::Flood => "flood",
             Scenario::RateLimited => "rate-limited",
+            Scenario::Fifo => "fifo",
             Scenario::Replay => "replay",
             Scenario::Fleet => "fleet",
             Scenario::Tenants => "tenants",
@@ -169,7 +175,8 @@ pub struct BenchArgs {
     /// Events per second each healthy customer sends.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Events per second sent to the slow, dead or throttling endpoint.
+    /// Events per second sent to the slow, dead or throttling endpoint (fifo: messages per
+    /// second, each to every FIFO endpoint; default 400).
     #[arg(long)]
     pub bad_rate: Option<f64>,
     /// How long the slow endpoint (slow-consumer), the noisy one (flood) or the busy tenant's
@@ -184,7 +191,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub backlog: Option<u64>,
     /// flood --full: endpoints of the noisy tenant the backlog is spread over (default 10,000);
-    /// tenants: endpoints of the busy tenant (default 2,000).
+    /// tenants: endpoints of the busy tenant (default 2,000); fifo: FIFO endpoints (default 10).
     #[arg(long)]
     pub backlog_endpoints: Option<usize>,
     /// fleet: the slow endpoint's lane (`lane_size`), shared by the fleet through Redis
@@ -211,7 +218,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub objective: Option<f64>,
     /// tenants and the baseline-vs-bad scenarios (slow-consumer, dead-endpoint, throttled,
-    /// flood, rate-limited): run each phase on a fleet of one API process and this many
+    /// flood, rate-limited, fifo): run each phase on a fleet of one API process and this many
     /// dispatcher processes (`sluice serve`, on PostgreSQL: `--database-url` or the test
     /// database, and a `redis-server` of their own) instead of in this process.
     #[arg(long)]
@@ -309,6 +316,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Throttled => throttled::run(&args).await?,
         Scenario::Flood => flood::run(&args).await?,
         Scenario::RateLimited => rate_limited::run(&args).await?,
+        Scenario::Fifo => fifo::run(&args).await?,
         Scenario::Replay => replay::run(&args).await?,
         Scenario::Fleet => fleet::run(&args).await?,
         Scenario::Tenants => tenants::run(&args).await?,

@@ -79,6 +79,15 @@ pub(crate) enum Bad {
         /// Offered events/s.
         rate: f64,
     },
+    /// `endpoints` FIFO endpoints of one tenant, each on a fast receiver of its own, every
+    /// message sent (at `rate` messages/s) to all of them: each goes one delivery at a time, in
+    /// acceptance order.
+    Fifo {
+        /// FIFO endpoints.
+        endpoints: usize,
+        /// Offered messages/s (each reaches every FIFO endpoint).
+        rate: f64,
+    },
     /// `deliveries` ready deliveries already in the store when the load starts, spread over
     /// `endpoints` endpoints of one tenant, all answering at once: drained beside the others.
     Backlog {
@@ -133,6 +142,18 @@ pub(crate) struct Phase {
     pub claim_samples: Vec<(f64, sluice::plan::prom::HistogramSnapshot)>,
     /// Seconds the backlog took to write (backlog phases).
     pub backlog_setup_s: Option<f64>,
+    /// FIFO phases: the order the store recorded the FIFO endpoints' attempts in.
+    pub fifo_order: Option<FifoOrder>,
+}
+
+/// The FIFO endpoints' attempts, read back from the store after the load.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FifoOrder {
+    /// Attempts read.
+    pub attempts: u64,
+    /// Attempts that started before the one ahead of them had ended, or whose delivery came
+    /// after a later-accepted one's (a repeat of the same delivery is neither).
+    pub violations: u64,
 }
 
 /// Run one phase on a fresh sluice ([`Stage`]): in this process, on PostgreSQL in a fresh
@@ -174,7 +195,7 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
             retry_after_s,
         }),
         Bad::Flood { service, .. } => Some(Mode::Slow(service)),
-        Bad::Backlog { .. } | Bad::RateLimited { .. } => Some(Mode::Fast),
+        Bad::Backlog { .. } | Bad::RateLimited { .. } | Bad::Fifo { .. } => Some(Mode::Fast),
     };
     let bad_receiver: Option<Receiver> = match bad_receiver {
         Some(mode) => Some(receiver::start(mode, timeline.clone(), BAD).await?),
@@ -185,7 +206,29 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
         _ => None,
     };
     let mut backlog_setup_s = None;
+    // FIFO phases: the tenant's id, and each further endpoint with its own receiver.
+    let mut fifo: Option<(String, Vec<String>)> = None;
+    let mut fifo_receivers: Vec<Receiver> = Vec::new();
     let bad = match (&bad_receiver, spec.bad) {
+        (Some(r), Bad::Fifo { endpoints, .. }) => {
+            let (tenant, token) = sluice.tenant_with_id(spec.bad_name).await?;
+            let mut ids = Vec::with_capacity(endpoints);
+            for i in 0..endpoints.max(1) {
+                let url = if i == 0 {
+                    r.url()
+                } else {
+                    let extra = receiver::start(Mode::Fast, timeline.clone(), BAD).await?;
+                    let url = extra.url();
+                    fifo_receivers.push(extra);
+                    url
+                };
+                let body = serde_json::json!({ "url": url, "ordering": "fifo" });
+                ids.push(sluice.endpoint_with(&token, body).await?);
+            }
+            let first = ids[0].clone();
+            fifo = Some((tenant, ids));
+            Some((token, first))
+        }
         (
             Some(r),
             Bad::Backlog {
@@ -250,7 +293,8 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
             Bad::Slow { rate, .. }
             | Bad::Blackhole { rate }
             | Bad::Capped { rate, .. }
-            | Bad::RateLimited { rate, .. } => api.open_loop(token.clone(), BAD, rate, until),
+            | Bad::RateLimited { rate, .. }
+            | Bad::Fifo { rate, .. } => api.open_loop(token.clone(), BAD, rate, until),
             Bad::Flood {
                 backlog, producers, ..
             } => api.closed_loop(vec![token.clone()], BAD, producers, until, Some(backlog)),
@@ -287,7 +331,16 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
     let healthy_undelivered = timeline
         .accepted(HEALTHY)
         .saturating_sub(timeline.delivered_total(HEALTHY));
-    let bad_peak_concurrency = bad_receiver.as_ref().map(|r| r.record.peak_concurrency());
+    let bad_peak_concurrency = bad_receiver
+        .iter()
+        .chain(&fifo_receivers)
+        .map(|r| r.record.peak_concurrency())
+        .max();
+    let fifo_order = match &fifo {
+        Some((tenant, ids)) => Some(fifo_order(stage, tenant, ids).await?),
+        None => None,
+    };
+    drop(fifo_receivers);
     drop(receivers);
     drop(bad_receiver);
     Ok(Phase {
@@ -302,7 +355,51 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
         postgres,
         claim_samples,
         backlog_setup_s,
+        fifo_order,
     })
+}
+
+/// Read the FIFO endpoints' attempts back from the store (this process's, or the fleet's
+/// PostgreSQL) and count those out of order: started before the attempt ahead had ended, or for
+/// a delivery accepted after one attempted later.
+async fn fifo_order(
+    stage: &Stage,
+    tenant: &str,
+    endpoints: &[String],
+) -> anyhow::Result<FifoOrder> {
+    let store: sluice::store::SharedStore = match (stage.sluice.store(), stage.database_url()) {
+        (Some(store), _) => store,
+        (None, Some(url)) => std::sync::Arc::new(
+            sluice::store::postgres::PostgresStore::connect(url)
+                .await
+                .context("the fleet's database")?,
+        ),
+        (None, None) => anyhow::bail!("no store to read the FIFO endpoints' attempts from"),
+    };
+    let mut out = FifoOrder::default();
+    for id in endpoints {
+        let mut attempts = Vec::new();
+        let mut before = None;
+        loop {
+            let page = store
+                .endpoint_attempts(tenant, id, 0, before, 10_000)
+                .await
+                .context("reading attempts")?;
+            let Some(last) = page.last() else { break };
+            before = Some(last.id);
+            attempts.extend(page);
+        }
+        attempts.sort_by_key(|a| (a.started_at_ms, a.id));
+        out.attempts += attempts.len() as u64;
+        for pair in attempts.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            let overlapped = b.started_at_ms < a.started_at_ms + i64::from(a.duration_ms);
+            if b.delivery_id < a.delivery_id || (overlapped && b.delivery_id != a.delivery_id) {
+                out.violations += 1;
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl Phase {
