@@ -83,6 +83,20 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         with.bad_peak_concurrency.map(|n| n as f64),
         "",
     );
+    // The claim's own time over the load: a FIFO head is one claim per delivery.
+    if let (Some((_, first)), Some((_, last))) =
+        (with.claim_samples.first(), with.claim_samples.last())
+    {
+        let claims = last.delta(first);
+        for (q, key) in [(0.5, "p50"), (0.99, "p99")] {
+            report.figure(
+                &format!("fifo_claim_{key}_ms"),
+                &format!("claim time {key}, with the FIFO endpoints"),
+                claims.quantile(q).map(|s| s * 1e3),
+                "ms",
+            );
+        }
+    }
     if let Some(order) = with.fifo_order {
         report.figure(
             "fifo_attempts_checked",

@@ -271,7 +271,7 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
     let postgres = store_cpu.is_postgres();
     let mut watch =
         Watch::new(sluice.probe(), watched, timeline.clone(), pb).with_store_cpu(store_cpu.clone());
-    if matches!(spec.bad, Bad::Backlog { .. }) {
+    if matches!(spec.bad, Bad::Backlog { .. } | Bad::Fifo { .. }) {
         watch = watch.with_claims();
     }
     let api = Api {

@@ -22,9 +22,10 @@ use crate::store::*;
 /// due counts one). A FIFO endpoint gives only its head, its lowest pending delivery (through
 /// `deliveries_pending`), and only when that head is ready and due: while it is leased, by any
 /// dispatcher, or locked by another transaction, nothing behind it is taken (its row lock also
-/// keeps two claims off one endpoint). Its row is always returned to be moved: to the head's
-/// turn, or dropped while the head is in flight (the settlement that ends the head brings it
-/// back). Then the `$3` lowest start tags (`pass + k × cost ÷ weight`, ties by tenant
+/// keeps two claims off one endpoint). A FIFO endpoint whose head it leased loses its row here
+/// (the settlement, expiry or requeue that ends the head brings it back, and so does new work);
+/// one that gave nothing is returned to be moved: to the head's turn, or dropped while the head
+/// is in flight elsewhere. Then the `$3` lowest start tags (`pass + k × cost ÷ weight`, ties by tenant
 /// and `k`) are leased, as [`crate::fairness::choose`] picks them. An endpoint taken to its last
 /// due delivery is returned to be moved; one served with more behind it goes behind its
 /// tenant's others when they wait.
@@ -137,6 +138,9 @@ const CLAIM: &str = "WITH fl AS ( \
         UPDATE due_endpoints q SET due_ms = $1::bigint FROM judged j \
         WHERE q.endpoint_id = j.endpoint_id AND j.supply >= j.asked AND j.got > 0 AND j.keeps \
             AND NOT j.fifo \
+    ), fifo_taken AS ( \
+        DELETE FROM due_endpoints q USING judged j \
+        WHERE q.endpoint_id = j.endpoint_id AND j.fifo AND j.got > 0 \
     ) \
     SELECT 0 AS kind, l.id, l.message_id, l.endpoint_id, l.tenant_id, l.attempts, \
            l.visible_at_ms, m.event_type, m.payload, m.created_at_ms, \
@@ -146,7 +150,7 @@ const CLAIM: &str = "WITH fl AS ( \
     CROSS JOIN LATERAL (SELECT * FROM sel s WHERE s.tenant_id = l.tenant_id LIMIT 1) s \
     UNION ALL \
     SELECT 1, NULL, NULL, endpoint_id, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
-    FROM judged WHERE (supply < asked AND got = supply) OR fifo \
+    FROM judged WHERE (supply < asked AND got = supply AND NOT fifo) OR (fifo AND got = 0) \
     UNION ALL \
     SELECT 2, NULL, NULL, NULL, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
     FROM ten0 WHERE NOT ok \
