@@ -176,7 +176,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub rate: Option<f64>,
     /// Events per second sent to the slow, dead or throttling endpoint (fifo: messages per
-    /// second, each to every FIFO endpoint; default 400).
+    /// second, each to every FIFO endpoint; default 100).
     #[arg(long)]
     pub bad_rate: Option<f64>,
     /// How long the slow endpoint (slow-consumer), the noisy one (flood) or the busy tenant's

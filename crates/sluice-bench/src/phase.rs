@@ -85,6 +85,8 @@ pub(crate) enum Bad {
     Fifo {
         /// FIFO endpoints.
         endpoints: usize,
+        /// `false`: the same endpoints left unordered (the control).
+        ordered: bool,
         /// Offered messages/s (each reaches every FIFO endpoint).
         rate: f64,
     },
@@ -210,7 +212,12 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
     let mut fifo: Option<(String, Vec<String>)> = None;
     let mut fifo_receivers: Vec<Receiver> = Vec::new();
     let bad = match (&bad_receiver, spec.bad) {
-        (Some(r), Bad::Fifo { endpoints, .. }) => {
+        (
+            Some(r),
+            Bad::Fifo {
+                endpoints, ordered, ..
+            },
+        ) => {
             let (tenant, token) = sluice.tenant_with_id(spec.bad_name).await?;
             let mut ids = Vec::with_capacity(endpoints);
             for i in 0..endpoints.max(1) {
@@ -222,7 +229,8 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
                     fifo_receivers.push(extra);
                     url
                 };
-                let body = serde_json::json!({ "url": url, "ordering": "fifo" });
+                let ordering = if ordered { "fifo" } else { "unordered" };
+                let body = serde_json::json!({ "url": url, "ordering": ordering });
                 ids.push(sluice.endpoint_with(&token, body).await?);
             }
             let first = ids[0].clone();
@@ -336,9 +344,11 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
         .chain(&fifo_receivers)
         .map(|r| r.record.peak_concurrency())
         .max();
-    let fifo_order = match &fifo {
-        Some((tenant, ids)) => Some(fifo_order(stage, tenant, ids).await?),
-        None => None,
+    let fifo_order = match (&fifo, spec.bad) {
+        (Some((tenant, ids)), Bad::Fifo { ordered: true, .. }) => {
+            Some(fifo_order(stage, tenant, ids).await?)
+        }
+        _ => None,
     };
     drop(fifo_receivers);
     drop(receivers);
