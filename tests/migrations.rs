@@ -1,8 +1,9 @@
 //! A database written by an earlier schema opens under this one with nothing lost: endpoints
 //! created before the fan-out index existed are found through it after the upgrade, and take
 //! the TLS and OAuth2 settings added later (SQLite v7, PostgreSQL v9) and a rate limit (SQLite
-//! v8, PostgreSQL v10); a backlog from before tenant shares is served fairly, and a heartbeat
-//! from before heartbeats carried a tally (SQLite v9, PostgreSQL v11) reads with a tally of 0.
+//! v8, PostgreSQL v10) and FIFO ordering (SQLite v10, PostgreSQL v12); a backlog from before
+//! tenant shares is served fairly, and a heartbeat from before heartbeats carried a tally
+//! (SQLite v9, PostgreSQL v11) reads with a tally of 0.
 
 use sluice_testkit as support;
 
@@ -84,6 +85,34 @@ async fn check_upgraded(store: SharedStore) {
     let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
     assert_eq!(read.rate_limit, None);
     assert_eq!(store.endpoint_waiting("ep_paid").await.unwrap(), 1);
+
+    // The ordering column: an endpoint from before it is unordered; set to FIFO, its waiting
+    // deliveries go one at a time, the earliest accepted first.
+    let mut e = store.endpoint(Some("ten_v1"), "ep_all").await.unwrap();
+    assert_eq!(e.ordering, DeliveryOrder::Unordered);
+    e.ordering = DeliveryOrder::Fifo;
+    store.update_endpoint(&e).await.unwrap();
+    let read = store.endpoint(Some("ten_v1"), "ep_all").await.unwrap();
+    assert_eq!(read.ordering, DeliveryOrder::Fifo);
+    let waiting = store.fifo_head("ep_all").await.unwrap().expect("a head");
+    let claimed = store
+        .claim(&ClaimRequest {
+            now_ms: now_ms(),
+            limit: 50,
+            per_endpoint: 50,
+            lease_ms: 60_000,
+            default_weight: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .claimed;
+    let on_all: Vec<i64> = claimed
+        .iter()
+        .filter(|c| c.endpoint_id == "ep_all")
+        .map(|c| c.delivery_id)
+        .collect();
+    assert_eq!(on_all, [waiting.id], "the head alone");
 }
 
 fn v1_inserts(placeholder: impl Fn(usize) -> String) -> String {

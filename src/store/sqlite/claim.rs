@@ -1,5 +1,6 @@
 //! The embedded driver's claim: fair across tenants first ([`crate::fairness`]), then round robin
-//! over each tenant's due endpoints, each taking no more than its room.
+//! over each tenant's due endpoints, each taking no more than its room; a FIFO endpoint gives
+//! only its head, and only while nothing of it is in flight.
 //!
 //! It runs on the writer thread inside the caller's savepoint, so nothing else writes between
 //! its reads and its writes: the due tables can be corrected (rows moved later or dropped) in
