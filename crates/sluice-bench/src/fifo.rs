@@ -106,7 +106,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             Some(order.attempts as f64),
             "",
         );
-        report.verdict(
+        report.invariant(
             order.violations == 0 && order.attempts > 0,
             format!(
                 "{} attempts on {endpoints} FIFO endpoints, {} out of order or overlapping \
@@ -116,7 +116,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         );
     }
     if let Some(peak) = with.bad_peak_concurrency {
-        report.verdict(
+        report.invariant(
             peak <= 1,
             format!("at most {peak} request at once on each FIFO endpoint (target 1)"),
         );

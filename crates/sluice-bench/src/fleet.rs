@@ -423,7 +423,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     db.drop_it().await;
     match &outcome {
         // A smoke run's timing claims fail by design (phases of a few seconds).
-        Ok(report) if args.smoke || report.failures() == 0 => {
+        Ok(report) if args.smoke && report.broken_invariants() == 0 || report.failures() == 0 => {
             let _ = std::fs::remove_dir_all(&log_dir);
         }
         _ => eprintln!("fleet: process logs kept in {}", log_dir.display()),
@@ -944,7 +944,7 @@ async fn drive(
 
     // The claims.
     let phase_peaks: Vec<String> = peaks.iter().map(usize::to_string).collect();
-    report.verdict(
+    report.invariant(
         peak <= lane as usize,
         format!(
             "at most N = {lane} requests in flight at the slow receiver: most {peak} (per phase: {})",
@@ -964,7 +964,7 @@ async fn drive(
             }
         ),
     );
-    report.verdict(
+    report.invariant(
         t.duplicates == t.duplicates_same_id
             && t.duplicated_events == t.duplicated_at_kill
             && t.wrong_id == 0,

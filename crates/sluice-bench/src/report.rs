@@ -29,6 +29,10 @@ pub struct Verdict {
     pub pass: bool,
     /// The claim and the figures behind the answer.
     pub text: String,
+    /// A claim that holds at any size (order, nothing lost), so a smoke run checks it too;
+    /// a timing or rate claim is not one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub invariant: bool,
 }
 
 /// The result of one `sluice bench` run.
@@ -96,12 +100,30 @@ impl Report {
         self.verdicts.push(Verdict {
             pass,
             text: text.into(),
+            invariant: false,
+        });
+    }
+
+    /// Record whether a claim that holds at any size held (a smoke run fails on it).
+    pub fn invariant(&mut self, pass: bool, text: impl Into<String>) {
+        self.verdicts.push(Verdict {
+            pass,
+            text: text.into(),
+            invariant: true,
         });
     }
 
     /// Claims that did not hold.
     pub fn failures(&self) -> usize {
         self.verdicts.iter().filter(|v| !v.pass).count()
+    }
+
+    /// Claims that hold at any size and did not: a smoke run fails on these alone.
+    pub fn broken_invariants(&self) -> usize {
+        self.verdicts
+            .iter()
+            .filter(|v| v.invariant && !v.pass)
+            .count()
     }
 
     /// Keep a series for the JSON output.
@@ -207,6 +229,11 @@ mod tests {
         let t = r.table();
         assert!(t.contains("PASS: it held") && t.contains("FAIL: it broke"));
         assert_eq!(r.failures(), 1);
+        assert_eq!(r.broken_invariants(), 0);
+        r.invariant(true, "order held");
+        assert_eq!(r.broken_invariants(), 0);
+        r.invariant(false, "order broke");
+        assert_eq!((r.failures(), r.broken_invariants()), (2, 1));
         assert!(t.contains("delivery rate") && t.contains("1234") && t.contains("n/a"));
         assert!(t.contains("0.012"));
         let v: Value = serde_json::from_str(&r.json()).unwrap();
