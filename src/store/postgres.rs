@@ -25,7 +25,7 @@ pub(crate) use errors::pg;
 pub use options::PostgresOptions;
 use options::configure;
 
-use background::{DueVacuum, announce, listen};
+use background::{DueVacuum, FirstAnalyze, announce, listen};
 
 use super::deadline::MAINTENANCE_DEADLINE;
 use super::*;
@@ -74,6 +74,8 @@ pub struct PostgresStore {
     timeouts: PoolTimeouts,
     /// Keeps the due table's dead rows few (see [`DueVacuum`]).
     due_vacuum: Arc<DueVacuum>,
+    /// Analyzes a young queue once (see [`FirstAnalyze`]).
+    first_analyze: FirstAnalyze,
     /// What the local dispatcher's latest claim left out.
     held: HeldEndpoints,
     /// This process's name in `NOTIFY` payloads, so its own listener ignores its announcements.
@@ -137,6 +139,7 @@ impl PostgresStore {
             target,
             timeouts,
             due_vacuum: Arc::default(),
+            first_analyze: FirstAnalyze::default(),
             held: HeldEndpoints::default(),
             instance: instance.clone(),
             listener_pid,
@@ -168,6 +171,24 @@ impl PostgresStore {
             state
                 .running
                 .store(false, std::sync::atomic::Ordering::Release);
+        });
+    }
+
+    /// Count deliveries written and analyze the queue tables once enough are (see
+    /// [`FirstAnalyze`]).
+    fn deliveries_written(&self, deliveries: u64) {
+        if !self.first_analyze.wrote(deliveries) {
+            return;
+        }
+        let pool = self.pool.clone();
+        tokio::spawn(async move {
+            if let Ok(client) = pool.get().await
+                && let Err(e) = client
+                    .batch_execute("ANALYZE deliveries, messages, attempts")
+                    .await
+            {
+                tracing::warn!(error = %errors::cause(&e), "postgres: queue tables not analyzed");
+            }
         });
     }
 
@@ -384,6 +405,7 @@ impl Store for PostgresStore {
         let client = self.client().await?;
         let (result, given_work) = queries::enqueue(&client, messages, now_ms).await?;
         self.due_written(given_work.len() as u64);
+        self.deliveries_written(result.iter().map(|m| u64::from(m.deliveries)).sum());
         if !given_work.is_empty() {
             // Wake the local dispatcher now, unless all of it is for endpoints it cannot take
             // (see `HeldEndpoints`), and other processes through NOTIFY; a request already

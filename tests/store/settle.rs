@@ -267,3 +267,72 @@ async fn check_extend_lease(store: SharedStore) {
 }
 
 support::drivers!(check_settle_outcomes, check_stale_token, check_extend_lease,);
+
+/// Settles find their rows by key on a queue that was young when their plans were made. The
+/// store's statements run generic plans, made per connection when first run; made on a young
+/// `deliveries` they read the whole table, and stay so as it grows until statistics arrive. This
+/// makes that happen on a connection of its own (autovacuum kept away from the table, so only
+/// the store can bring statistics), then writes a queue through the store and waits for the
+/// same cached plan to be made again by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_plans_made_on_a_young_queue_are_made_again_by_key() {
+    let Some(url) = support::fresh_postgres().await else {
+        return;
+    };
+    let store: SharedStore = Arc::new(
+        sluice::store::postgres::PostgresStore::connect(&url)
+            .await
+            .unwrap(),
+    );
+    let t = tenant(&store).await;
+    for _ in 0..10 {
+        endpoint(&store, &t, &[]).await;
+    }
+    // A young queue: 200 deliveries, as after a new install's first seconds.
+    enqueue_n(&store, &t, "a", 20, now_ms()).await;
+    let (watcher, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    watcher
+        .batch_execute(
+            "ALTER TABLE deliveries SET (autovacuum_enabled = false); \
+             SET plan_cache_mode = force_generic_plan; \
+             PREPARE settle_like(bigint[], bigint, bigint) AS \
+                 UPDATE deliveries SET updated_at_ms = $2 \
+                 WHERE id = ANY($1) AND lease_token = $3",
+        )
+        .await
+        .unwrap();
+    let plan = || async {
+        let rows = watcher
+            .simple_query("EXPLAIN EXECUTE settle_like('{1,2,3}', 0, 0)")
+            .await
+            .unwrap();
+        rows.iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let young = plan().await;
+    assert!(
+        young.contains("Seq Scan on deliveries"),
+        "the generic plan made on a young queue reads the whole table:\n{young}"
+    );
+
+    // 600 messages more: 6,200 deliveries, more than the store waits for.
+    enqueue_n(&store, &t, "a", 600, now_ms()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut grown = plan().await;
+    while !grown.contains("deliveries_pkey") && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        grown = plan().await;
+    }
+    assert!(
+        grown.contains("deliveries_pkey") && !grown.contains("Seq Scan"),
+        "the same cached plan, once the store wrote 6,200 deliveries, finds rows by key:\n{grown}"
+    );
+}

@@ -51,6 +51,54 @@ impl DueVacuum {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_analysis_starts_once_enough_deliveries_are_written() {
+        let first = FirstAnalyze::default();
+        assert!(!first.wrote(FIRST_ANALYZE_AFTER - 1));
+        assert!(!first.wrote(0));
+        assert!(first.wrote(1));
+        assert!(!first.wrote(FIRST_ANALYZE_AFTER));
+    }
+}
+
+/// The queue tables' first statistics, taken by this process once it has written enough.
+///
+/// The hot statements run generic plans (see `options::configure`), which PostgreSQL builds per
+/// connection from what it knows of each table when the statement is first run. On a queue that
+/// was empty then (a new install, a restored schema, a bench's fresh database) it knows "10
+/// pages": a settle's generic plan reads `deliveries` from end to end rather than by key, and
+/// keeps doing so while the table grows to hundreds of thousands of rows, until autovacuum's first
+/// ANALYZE (a minute or more later) invalidates the plans. `sluice bench throughput` on a fresh
+/// PostgreSQL database showed it: settles of 100–500 ms each (a sequential scan removing 100,000
+/// rows to update 60), a backlog of 100,000 still undelivered after the drain. So once this
+/// process has written [`FIRST_ANALYZE_AFTER`] deliveries it analyzes the queue tables once
+/// itself: the new statistics, and the invalidation that comes with them, make every connection
+/// plan its statements again, by key. Later statistics are autovacuum's.
+#[derive(Default)]
+pub(super) struct FirstAnalyze {
+    written: std::sync::atomic::AtomicU64,
+    started: std::sync::atomic::AtomicBool,
+}
+
+/// Deliveries written by this process before it analyzes the queue tables.
+pub(super) const FIRST_ANALYZE_AFTER: u64 = 5_000;
+
+impl FirstAnalyze {
+    /// Count `deliveries` written; true exactly once, when the analysis should start.
+    pub(super) fn wrote(&self, deliveries: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        if deliveries == 0 || self.started.load(Ordering::Relaxed) {
+            return false;
+        }
+        let total = self.written.fetch_add(deliveries, Ordering::Relaxed) + deliveries;
+        total >= FIRST_ANALYZE_AFTER && !self.started.swap(true, Ordering::AcqRel)
+    }
+}
+
 /// Send `NOTIFY` for enqueues that have committed, one at a time, coalescing requests that
 /// arrive meanwhile (the channel holds one pending request).
 ///
