@@ -50,7 +50,9 @@ pub(super) fn configure(config: &mut tokio_postgres::Config, options: PostgresOp
         .tcp_user_timeout(TCP_USER_TIMEOUT);
     // Generic plans: the hot statements reach every row by key (see `queries`), so planning
     // them again for each execution's parameters (a custom plan, what PostgreSQL does first)
-    // only costs CPU: about a tenth of the server's, measured with perf.
+    // only costs CPU: about a tenth of the server's, measured with perf. A generic plan made
+    // while the queue is young would keep a sequential scan as it grows: the store analyzes a
+    // young queue once (see `background::FirstAnalyze`).
     let ours = format!(
         "-c statement_timeout={} -c idle_in_transaction_session_timeout={} \
          -c plan_cache_mode=force_generic_plan",
