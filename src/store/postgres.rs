@@ -25,7 +25,7 @@ pub(crate) use errors::pg;
 pub use options::PostgresOptions;
 use options::configure;
 
-use background::{DueVacuum, FirstAnalyze, announce, listen};
+use background::{DueVacuum, FirstAnalyze, announce, listen, maintain};
 
 use super::deadline::MAINTENANCE_DEADLINE;
 use super::*;
@@ -161,13 +161,7 @@ impl PostgresStore {
         }
         let (pool, state) = (self.pool.clone(), self.due_vacuum.clone());
         tokio::spawn(async move {
-            if let Ok(client) = pool.get().await
-                && let Err(e) = client
-                    .batch_execute("VACUUM (SKIP_LOCKED, TRUNCATE false) due_endpoints")
-                    .await
-            {
-                tracing::debug!(error = %errors::cause(&e), "postgres: due table not vacuumed");
-            }
+            maintain(pool, "VACUUM (SKIP_LOCKED, TRUNCATE false) due_endpoints").await;
             state
                 .running
                 .store(false, std::sync::atomic::Ordering::Release);
@@ -180,16 +174,10 @@ impl PostgresStore {
         if !self.first_analyze.wrote(deliveries) {
             return;
         }
-        let pool = self.pool.clone();
-        tokio::spawn(async move {
-            if let Ok(client) = pool.get().await
-                && let Err(e) = client
-                    .batch_execute("ANALYZE deliveries, messages, attempts")
-                    .await
-            {
-                tracing::warn!(error = %errors::cause(&e), "postgres: queue tables not analyzed");
-            }
-        });
+        tokio::spawn(maintain(
+            self.pool.clone(),
+            "ANALYZE deliveries, messages, attempts",
+        ));
     }
 
     async fn client(&self) -> StoreResult<deadpool_postgres::Object> {

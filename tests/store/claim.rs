@@ -473,20 +473,13 @@ async fn postgres_claim_keeps_an_endpoint_a_writer_is_filling() {
     let Some(url) = support::fresh_postgres().await else {
         return;
     };
-    let store: SharedStore = Arc::new(
-        sluice::store::postgres::PostgresStore::connect(&url)
-            .await
-            .unwrap(),
-    );
+    let store = support::postgres_store(&url).await;
     let t = tenant(&store).await;
     let e = endpoint(&store, &t, &[]).await;
     let now = now_ms();
     enqueue_n(&store, &t, "a", 1, now).await;
 
-    let (mut writer, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let mut writer = support::postgres_client(&url).await;
     let tx = writer.transaction().await.unwrap();
     tx.execute(
         "INSERT INTO messages (id, tenant_id, event_type, payload, created_at_ms) \
@@ -527,19 +520,9 @@ async fn postgres_claim_keeps_an_endpoint_a_writer_is_filling() {
 /// row the correction must change; the claim must come back with its delivery while it still
 /// does, and its connection must never be seen waiting for a lock.
 async fn claim_beside_a_held_row(url: &str, lock: &str, id: &str) {
-    let (mut other, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let (watcher, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let store: SharedStore = Arc::new(
-        sluice::store::postgres::PostgresStore::connect(url)
-            .await
-            .unwrap(),
-    );
+    let mut other = support::postgres_client(url).await;
+    let watcher = support::postgres_client(url).await;
+    let store = support::postgres_store(url).await;
     let t = tenant(&store).await;
     let e = endpoint(&store, &t, &[]).await;
     let now = now_ms();

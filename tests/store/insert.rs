@@ -394,23 +394,12 @@ async fn postgres_work_signal_crosses_instances() {
     let Some(url) = support::fresh_postgres().await else {
         return;
     };
-    let idle: SharedStore = Arc::new(
-        sluice::store::postgres::PostgresStore::connect(&url)
-            .await
-            .unwrap(),
-    );
-    let producer: SharedStore = Arc::new(
-        sluice::store::postgres::PostgresStore::connect(&url)
-            .await
-            .unwrap(),
-    );
+    let idle = support::postgres_store(&url).await;
+    let producer = support::postgres_store(&url).await;
 
     // Wait until both listener connections have issued LISTEN (so a missing wake-up below is
     // the driver's fault, not start-up timing).
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let client = support::postgres_client(&url).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let listening: i64 = client

@@ -279,21 +279,14 @@ async fn postgres_plans_made_on_a_young_queue_are_made_again_by_key() {
     let Some(url) = support::fresh_postgres().await else {
         return;
     };
-    let store: SharedStore = Arc::new(
-        sluice::store::postgres::PostgresStore::connect(&url)
-            .await
-            .unwrap(),
-    );
+    let store = support::postgres_store(&url).await;
     let t = tenant(&store).await;
     for _ in 0..10 {
         endpoint(&store, &t, &[]).await;
     }
     // A young queue: 200 deliveries, as after a new install's first seconds.
     enqueue_n(&store, &t, "a", 20, now_ms()).await;
-    let (watcher, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
+    let watcher = support::postgres_client(&url).await;
     watcher
         .batch_execute(
             "ALTER TABLE deliveries SET (autovacuum_enabled = false); \
@@ -325,12 +318,11 @@ async fn postgres_plans_made_on_a_young_queue_are_made_again_by_key() {
 
     // 600 messages more: 6,200 deliveries, more than the store waits for.
     enqueue_n(&store, &t, "a", 600, now_ms()).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut grown = plan().await;
-    while !grown.contains("deliveries_pkey") && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        grown = plan().await;
-    }
+    support::eventually(Duration::from_secs(30), || async {
+        plan().await.contains("deliveries_pkey")
+    })
+    .await;
+    let grown = plan().await;
     assert!(
         grown.contains("deliveries_pkey") && !grown.contains("Seq Scan"),
         "the same cached plan, once the store wrote 6,200 deliveries, finds rows by key:\n{grown}"

@@ -21,10 +21,7 @@ async fn a_version_3_database_upgrades_and_keeps_its_work() {
     let Some(url) = support::fresh_postgres().await else {
         return;
     };
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(conn);
+    let client = support::postgres_client(&url).await;
     client
         .batch_execute(
             "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at_ms BIGINT NOT NULL)",

@@ -126,6 +126,15 @@ impl Report {
             .count()
     }
 
+    /// The claims a run fails on: in a smoke run only those that hold at any size.
+    pub fn claims_failed(&self, smoke: bool) -> usize {
+        if smoke {
+            self.broken_invariants()
+        } else {
+            self.failures()
+        }
+    }
+
     /// Keep a series for the JSON output.
     pub fn series(&mut self, name: &str, points: Vec<(f64, f64)>) {
         self.series.insert(name.to_owned(), points);

@@ -97,11 +97,26 @@ pub fn fresh_sqlite() -> (SharedStore, tempfile::TempDir) {
 
 /// A fresh PostgreSQL store, or None (skip).
 pub async fn fresh_postgres_store() -> Option<SharedStore> {
-    let url = fresh_postgres().await?;
-    let store = sluice::store::postgres::PostgresStore::connect(&url)
+    Some(postgres_store(&fresh_postgres().await?).await)
+}
+
+/// A store on the database at `url` (one of [`fresh_postgres`]'s), for tests that also reach
+/// that database by hand.
+pub async fn postgres_store(url: &str) -> SharedStore {
+    let store = sluice::store::postgres::PostgresStore::connect(url)
         .await
         .expect("connect postgres store");
-    Some(Arc::new(store))
+    Arc::new(store)
+}
+
+/// A plain client of the database at `url`, its connection driven in the background: what a
+/// test uses to hold locks, read plans or write rows behind the store's back.
+pub async fn postgres_client(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+    tokio::spawn(conn);
+    client
 }
 
 /// The Python interpreter with `standardwebhooks` installed, or None (loud skip outside CI).

@@ -51,20 +51,6 @@ impl DueVacuum {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_first_analysis_starts_once_enough_deliveries_are_written() {
-        let first = FirstAnalyze::default();
-        assert!(!first.wrote(FIRST_ANALYZE_AFTER - 1));
-        assert!(!first.wrote(0));
-        assert!(first.wrote(1));
-        assert!(!first.wrote(FIRST_ANALYZE_AFTER));
-    }
-}
-
 /// The queue tables' first statistics, taken by this process once it has written enough.
 ///
 /// The hot statements run generic plans (see `options::configure`), which PostgreSQL builds per
@@ -81,21 +67,30 @@ mod tests {
 #[derive(Default)]
 pub(super) struct FirstAnalyze {
     written: std::sync::atomic::AtomicU64,
-    started: std::sync::atomic::AtomicBool,
 }
 
 /// Deliveries written by this process before it analyzes the queue tables.
 pub(super) const FIRST_ANALYZE_AFTER: u64 = 5_000;
 
 impl FirstAnalyze {
-    /// Count `deliveries` written; true exactly once, when the analysis should start.
+    /// Count `deliveries` written; true exactly once: for the write that crosses
+    /// [`FIRST_ANALYZE_AFTER`].
     pub(super) fn wrote(&self, deliveries: u64) -> bool {
-        use std::sync::atomic::Ordering;
-        if deliveries == 0 || self.started.load(Ordering::Relaxed) {
-            return false;
-        }
-        let total = self.written.fetch_add(deliveries, Ordering::Relaxed) + deliveries;
-        total >= FIRST_ANALYZE_AFTER && !self.started.swap(true, Ordering::AcqRel)
+        let before = self
+            .written
+            .fetch_add(deliveries, std::sync::atomic::Ordering::Relaxed);
+        before < FIRST_ANALYZE_AFTER && before + deliveries >= FIRST_ANALYZE_AFTER
+    }
+}
+
+/// Run one maintenance statement (a vacuum, an analysis) on a pooled connection, off the path
+/// of whatever wrote the rows it maintains; a failure is logged, never raised (the next one
+/// comes, or autovacuum does the work).
+pub(super) async fn maintain(pool: Pool, statement: &'static str) {
+    if let Ok(client) = pool.get().await
+        && let Err(e) = client.batch_execute(statement).await
+    {
+        tracing::warn!(error = %errors::cause(&e), statement, "postgres: maintenance not done");
     }
 }
 
@@ -188,5 +183,19 @@ pub(super) async fn listen(
         // Work may have arrived while we were not listening.
         signal.notify_one();
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_analysis_starts_once_enough_deliveries_are_written() {
+        let first = FirstAnalyze::default();
+        assert!(!first.wrote(FIRST_ANALYZE_AFTER - 1));
+        assert!(!first.wrote(0));
+        assert!(first.wrote(1));
+        assert!(!first.wrote(FIRST_ANALYZE_AFTER));
     }
 }
