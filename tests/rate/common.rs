@@ -122,6 +122,8 @@ impl Bench {
     }
 
     /// Every delivery to the endpoint delivered with exactly one attempt: no hold used one.
+    /// The receiver has a request before its dispatcher's settle batch is written, so this
+    /// first waits (at most 30 s) for every delivery to leave `Leased`.
     pub(crate) async fn each_delivered_once(&self, n: usize) {
         let filter = DeliveryFilter {
             tenant_id: self.tenant.clone(),
@@ -131,13 +133,13 @@ impl Bench {
             after: None,
             limit: 1000,
         };
-        let deliveries = self
-            .api
-            .running
-            .store
-            .list_deliveries(&filter)
-            .await
-            .unwrap();
+        let store = &self.api.running.store;
+        support::eventually(Duration::from_secs(30), || async {
+            let all = store.list_deliveries(&filter).await.unwrap();
+            all.iter().all(|d| d.state != DeliveryState::Leased)
+        })
+        .await;
+        let deliveries = store.list_deliveries(&filter).await.unwrap();
         assert_eq!(deliveries.len(), n);
         for d in &deliveries {
             assert_eq!(
