@@ -1,8 +1,9 @@
 //! The dispatcher: claim → admit → deliver → settle, with a reaper and a drain.
 //!
 //! The [`leaser`] claims batches only as far as free capacity allows and spawns
-//! one task per delivery; each task runs [`pipeline::run`] and hands its settlement to the
-//! settler, which writes them in batches. On shutdown the leaser stops, in-flight attempts get a
+//! one task per delivery; each task runs [`pipeline::run`] and hands what it came to (its
+//! settlement, and what the attempt changed about the endpoint) to the settler, which writes
+//! them in batches: the one room that writes. On shutdown the leaser stops, in-flight attempts get a
 //! grace period, and whatever has not finished is released (ready again, attempts unchanged).
 
 mod autosize;
@@ -37,7 +38,8 @@ use crate::store::{Claimed, SettleOutcome, Settlement, SharedStore};
 
 use endpoints::Endpoints;
 pub use settings::{Concurrency, DispatchSettings, parse_concurrency};
-pub use settler::{SettleItem, Written, settle_batch};
+use settler::SettleItem;
+pub use settler::{Written, settle_batch};
 pub(crate) use tenants::in_force;
 pub use view::{
     DispatcherView, EndpointView, FleetModeName, LaneBasis, Load, Look, PoolView, TenantView,
@@ -185,14 +187,14 @@ impl Ctx {
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let task = async move {
             tracing::debug!("claimed");
-            let settlement = pipeline::run(&ctx, &d, pending).await;
-            tracing::debug!(outcome = ?settlement.outcome, "settle");
+            let concluded = pipeline::run(&ctx, &d, pending).await;
+            tracing::debug!(outcome = ?concluded.settlement.outcome, "settle");
             ctx.inflight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&d.delivery_id);
             ctx.submit(SettleItem {
-                settlement,
+                concluded,
                 leased_at,
                 endpoint_id: d.endpoint_id,
                 tenant_id: d.tenant_id,
@@ -375,13 +377,14 @@ impl Dispatcher {
         };
         let released = leftover.len();
         for (delivery_id, lease_token) in leftover {
+            let release = Settlement {
+                delivery_id,
+                lease_token,
+                outcome: SettleOutcome::Release,
+                attempt: None,
+            };
             ctx.submit(SettleItem {
-                settlement: Settlement {
-                    delivery_id,
-                    lease_token,
-                    outcome: SettleOutcome::Release,
-                    attempt: None,
-                },
+                concluded: release.into(),
                 leased_at: Instant::now(),
                 endpoint_id: String::new(),
                 tenant_id: String::new(),

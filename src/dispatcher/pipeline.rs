@@ -1,7 +1,9 @@
 //! One claimed delivery's path: admit ([`crate::admission::admit`]) → attempt → conclude.
 //!
 //! Only the admission decision and the bookkeeping take the endpoint's mutex, briefly; nothing
-//! here holds a lock, a transaction or a slot longer than the attempt that needs it.
+//! here holds a lock, a transaction or a slot longer than the attempt that needs it. Nothing
+//! here writes to the store either: what a delivery comes to ([`Concluded`]: its settlement and
+//! what its attempt changed about the endpoint) goes to the settler, the one room that writes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +22,7 @@ use crate::admission::rate::Turns;
 use crate::admission::{self, Candidate, FleetCount, Held};
 use crate::delivery::{self, Report};
 use crate::metrics::{Count, ErrorKindLabel, HostLabel, Metrics, PhaseLabel};
-use crate::notify;
-use crate::store::{AttemptRecord, Claimed, EndpointEvent, SettleOutcome, Settlement, StoreError};
+use crate::store::{AttemptRecord, Claimed, SettleOutcome, Settlement, StoreError};
 
 /// Why a delivery was requeued without an attempt: admission turned it away, or the endpoint's
 /// configuration could not be read (the store did not answer in time).
@@ -104,22 +105,44 @@ impl Candidate for AtEndpoint<'_> {
     }
 }
 
-/// Run one delivery to a settlement: admit → attempt → conclude.
-pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settlement {
+/// What one delivery came to, for the settler to write: its settlement and, rarely, what its
+/// attempt changed about the endpoint.
+pub(super) struct Concluded {
+    pub(super) settlement: Settlement,
+    pub(super) writes: Option<Box<EndpointWrites>>,
+}
+
+impl From<Settlement> for Concluded {
+    fn from(settlement: Settlement) -> Self {
+        Self {
+            settlement,
+            writes: None,
+        }
+    }
+}
+
+/// What an attempt changed about its endpoint beyond the delivery: a breaker transition to
+/// record, the failing-since mark, a disable. Written by the settler before the settlement.
+pub(super) struct EndpointWrites {
+    pub(super) endpoint: Arc<EndpointRuntime>,
+    /// A breaker transition: the event's kind and detail.
+    pub(super) event: Option<(String, String)>,
+    pub(super) failing: FailingChange,
+    /// Disable the endpoint for this reason (the answer said it is gone, or it failed too long).
+    pub(super) disable: Option<String>,
+}
+
+/// Run one delivery to what it came to: admit → attempt → conclude.
+pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Concluded {
     let endpoint = match ctx.endpoints.get(&d.endpoint_id).await {
         Ok(rt) => rt,
         Err(StoreError::NotFound(_)) => {
-            return settlement(
-                d,
-                SettleOutcome::Dead {
-                    reason: "endpoint no longer exists".into(),
-                },
-                None,
-            );
+            let reason = "endpoint no longer exists".into();
+            return settlement(d, SettleOutcome::Dead { reason }, None).into();
         }
         Err(e) => {
             tracing::warn!(error = %e, endpoint = %d.endpoint_id, "cannot load endpoint");
-            return requeue(ctx, d, Why::StoreUnavailable);
+            return requeue(ctx, d, Why::StoreUnavailable).into();
         }
     };
     let at = AtEndpoint {
@@ -134,13 +157,14 @@ pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settle
     let admitted = match admitted {
         Ok(admitted) => admitted,
         Err(held) => {
-            return match held {
+            let held = match held {
                 Held::Draining => settlement(d, SettleOutcome::Release, None),
                 Held::Paused { until } => requeue_until(ctx, d, until, held),
                 Held::BreakerOpen { until } => requeue_until(ctx, d, Some(until), held),
                 Held::RateLimited { until } => requeue_at(ctx, d, until),
                 Held::Disabled | Held::Shed => requeue(ctx, d, Why::Admission(held)),
             };
+            return held.into();
         }
     };
     let target = endpoint.state().target.clone();
@@ -150,7 +174,7 @@ pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settle
             if admitted.probe {
                 endpoint.state().breaker.cancel_probe();
             }
-            return settlement(d, SettleOutcome::Dead { reason }, None);
+            return settlement(d, SettleOutcome::Dead { reason }, None).into();
         }
     };
     ctx.metrics.in_flight.inc();
@@ -168,16 +192,17 @@ pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Settle
     ctx.metrics.in_flight.dec();
     ctx.tenants.occupied(&d.tenant_id, report.duration);
     drop(admitted);
-    settle_attempt(ctx, d, &endpoint, report).await
+    conclude_attempt(ctx, d, endpoint, report)
 }
 
-/// Feed the attempt to the governor, breaker, statistics and metrics, then decide.
-async fn settle_attempt(
+/// Feed the attempt to the governor, breaker, statistics and metrics, then decide what it
+/// comes to.
+fn conclude_attempt(
     ctx: &Arc<Ctx>,
     d: &Claimed,
-    endpoint: &Arc<EndpointRuntime>,
+    endpoint: Arc<EndpointRuntime>,
     report: Report,
-) -> Settlement {
+) -> Concluded {
     let now_ms = crate::clock::now_ms();
     let attempts_made = d.attempts + 1;
     let decision = delivery::decide(
@@ -213,39 +238,29 @@ async fn settle_attempt(
         decision.failed,
     );
 
-    if let Some(t) = effects.transition {
-        record_event(ctx, endpoint, &format!("breaker_{}", t.to), &t.reason).await;
-    }
-    match effects.failing {
-        FailingChange::Began(since) => {
-            let _ = ctx
-                .store
-                .set_endpoint_failing(&endpoint.id, Some(since))
-                .await;
-        }
-        FailingChange::Ended => {
-            let _ = ctx.store.set_endpoint_failing(&endpoint.id, None).await;
-        }
-        FailingChange::Disable { since_ms } => {
-            let reason = format!(
-                "auto-disabled: failing continuously since {} ({} h)",
-                crate::clock::rfc3339(since_ms),
-                (now_ms - since_ms) / 3_600_000
-            );
-            disable(ctx, endpoint, &reason).await;
-        }
-        FailingChange::Unchanged => {}
-    }
-    if let Some(reason) = &decision.disable {
-        disable(ctx, endpoint, reason).await;
-    }
+    let writes = (effects.transition.is_some()
+        || effects.failing != FailingChange::Unchanged
+        || decision.disable.is_some())
+    .then(|| {
+        Box::new(EndpointWrites {
+            endpoint,
+            event: effects
+                .transition
+                .map(|t| (format!("breaker_{}", t.to), t.reason)),
+            failing: effects.failing,
+            disable: decision.disable,
+        })
+    });
 
     let attempt = delivery::attempt_record(&report, ctx.settings.max_response_bytes);
     if matches!(decision.outcome, SettleOutcome::Delivered) {
         let e2e = (now_ms - d.message_created_at_ms).max(0) as f64 / 1000.0;
         ctx.metrics.end_to_end_seconds.observe(e2e);
     }
-    settlement(d, decision.outcome, Some(attempt))
+    Concluded {
+        settlement: settlement(d, decision.outcome, Some(attempt)),
+        writes,
+    }
 }
 
 fn observe(
@@ -288,41 +303,6 @@ fn observe(
                 .get_or_create(&PhaseLabel { phase })
                 .observe(took.as_secs_f64());
         }
-    }
-}
-
-async fn disable(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, reason: &str) {
-    let now_ms = crate::clock::now_ms();
-    if let Err(e) = ctx
-        .store
-        .set_endpoint_enabled(&endpoint.id, false, Some(reason), now_ms)
-        .await
-    {
-        tracing::warn!(error = %e, endpoint = %endpoint.id, "cannot disable endpoint");
-        return;
-    }
-    endpoint.state().enabled = false;
-    tracing::info!(endpoint = %endpoint.id, reason, "endpoint disabled");
-    record_event(ctx, endpoint, "disabled", reason).await;
-    notify::notify(
-        &ctx.store,
-        &endpoint.tenant_id,
-        notify::ENDPOINT_DISABLED,
-        notify::disabled_payload(&endpoint.id, reason),
-    )
-    .await;
-}
-
-async fn record_event(ctx: &Arc<Ctx>, endpoint: &Arc<EndpointRuntime>, kind: &str, detail: &str) {
-    let event = EndpointEvent {
-        tenant_id: endpoint.tenant_id.clone(),
-        endpoint_id: endpoint.id.clone(),
-        kind: kind.to_owned(),
-        detail: detail.to_owned(),
-        at_ms: crate::clock::now_ms(),
-    };
-    if let Err(e) = ctx.store.record_event(&event).await {
-        tracing::warn!(error = %e, "cannot record endpoint event");
     }
 }
 

@@ -8,6 +8,10 @@
 //! by a note, and dropped if even that is refused. So one bad settlement never holds up the
 //! others, and because every write is all-or-nothing and fenced by lease tokens, splitting
 //! neither loses nor repeats an outcome.
+//!
+//! It is the one room that writes what deliveries came to: settlements, dead-letter notices,
+//! and what attempts changed about their endpoints ([`EndpointWrites`]: breaker events, the
+//! failing-since mark, disables), written just before the batch they came with.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -19,11 +23,14 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Ctx;
+use super::conclude::FailingChange;
+use super::endpoints::EndpointRuntime;
+use super::pipeline::{Concluded, EndpointWrites};
 use crate::delivery::{MAX_ERROR_BYTES, storable};
 use crate::metrics::{Count, PhaseLabel};
 use crate::notify;
 use crate::retry::Backoff;
-use crate::store::{SettleOutcome, Settlement, Store, StoreError, StoreResult};
+use crate::store::{EndpointEvent, SettleOutcome, Settlement, Store, StoreError, StoreResult};
 
 /// Most settlements written in one statement.
 const SETTLE_BATCH: usize = 512;
@@ -32,18 +39,17 @@ const SETTLE_BATCH: usize = 512;
 const LEASE_MARGIN: Duration = Duration::from_millis(500);
 
 /// One settlement on its way to the store.
-#[derive(Debug)]
-pub struct SettleItem {
-    /// What to write.
-    pub settlement: Settlement,
+pub(super) struct SettleItem {
+    /// What to write, and what the attempt changed about its endpoint.
+    pub(super) concluded: Concluded,
     /// When the delivery was leased (for `webhook_service_seconds`).
-    pub leased_at: Instant,
+    pub(super) leased_at: Instant,
     /// Endpoint id (metrics).
-    pub endpoint_id: String,
+    pub(super) endpoint_id: String,
     /// Tenant id.
-    pub tenant_id: String,
+    pub(super) tenant_id: String,
     /// Message id (for dead-letter notices).
-    pub message_id: String,
+    pub(super) message_id: String,
 }
 
 /// Who a settlement was for, kept beside the batch for metrics and notices after the write.
@@ -61,14 +67,25 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
     let mut items: Vec<SettleItem> = Vec::with_capacity(SETTLE_BATCH);
     // Wait for one settlement, then take every other one already waiting, up to a batch.
     while rx.recv_many(&mut items, SETTLE_BATCH).await > 0 {
+        let mut endpoint_writes = Vec::new();
         for item in items.drain(..) {
-            batch.push(item.settlement);
+            batch.push(item.concluded.settlement);
+            endpoint_writes.extend(item.concluded.writes);
             metas.push(Meta {
                 leased_at: item.leased_at,
                 endpoint_id: item.endpoint_id,
                 tenant_id: item.tenant_id,
                 message_id: item.message_id,
             });
+        }
+        if !endpoint_writes.is_empty() {
+            // Rare (a breaker moved, a run of failures began or ended, an endpoint is gone),
+            // and written before the settlements: a retry written first could be claimed and
+            // attempted before its endpoint is known to be disabled.
+            let writes = endpoint_writes
+                .into_iter()
+                .map(|w| write_endpoint(&ctx, *w));
+            futures_util::future::join_all(writes).await;
         }
         let started = Instant::now();
         let span = tracing::debug_span!("settle", batch = batch.len());
@@ -102,6 +119,74 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
         ctx.settled(batch.len());
         batch.clear();
         metas.clear();
+    }
+}
+
+/// Write what one attempt changed about its endpoint, in order: its breaker event, its failing
+/// mark, its disable.
+async fn write_endpoint(ctx: &Ctx, w: EndpointWrites) {
+    let endpoint = &w.endpoint;
+    if let Some((kind, detail)) = &w.event {
+        record_event(ctx, endpoint, kind, detail).await;
+    }
+    match w.failing {
+        FailingChange::Began(since) => {
+            let _ = ctx
+                .store
+                .set_endpoint_failing(&endpoint.id, Some(since))
+                .await;
+        }
+        FailingChange::Ended => {
+            let _ = ctx.store.set_endpoint_failing(&endpoint.id, None).await;
+        }
+        FailingChange::Disable { since_ms } => {
+            let now_ms = crate::clock::now_ms();
+            let reason = format!(
+                "auto-disabled: failing continuously since {} ({} h)",
+                crate::clock::rfc3339(since_ms),
+                (now_ms - since_ms) / 3_600_000
+            );
+            disable(ctx, endpoint, &reason).await;
+        }
+        FailingChange::Unchanged => {}
+    }
+    if let Some(reason) = &w.disable {
+        disable(ctx, endpoint, reason).await;
+    }
+}
+
+async fn disable(ctx: &Ctx, endpoint: &EndpointRuntime, reason: &str) {
+    let now_ms = crate::clock::now_ms();
+    if let Err(e) = ctx
+        .store
+        .set_endpoint_enabled(&endpoint.id, false, Some(reason), now_ms)
+        .await
+    {
+        tracing::warn!(error = %e, endpoint = %endpoint.id, "cannot disable endpoint");
+        return;
+    }
+    endpoint.state().enabled = false;
+    tracing::info!(endpoint = %endpoint.id, reason, "endpoint disabled");
+    record_event(ctx, endpoint, "disabled", reason).await;
+    notify::notify(
+        &ctx.store,
+        &endpoint.tenant_id,
+        notify::ENDPOINT_DISABLED,
+        notify::disabled_payload(&endpoint.id, reason),
+    )
+    .await;
+}
+
+async fn record_event(ctx: &Ctx, endpoint: &EndpointRuntime, kind: &str, detail: &str) {
+    let event = EndpointEvent {
+        tenant_id: endpoint.tenant_id.clone(),
+        endpoint_id: endpoint.id.clone(),
+        kind: kind.to_owned(),
+        detail: detail.to_owned(),
+        at_ms: crate::clock::now_ms(),
+    };
+    if let Err(e) = ctx.store.record_event(&event).await {
+        tracing::warn!(error = %e, "cannot record endpoint event");
     }
 }
 

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures_util::{StreamExt, TryStreamExt};
+use sluice::plan::prom::HistogramSnapshot;
 use tokio::time::Instant;
 
 use super::chart::{Line, Panel};
@@ -94,6 +95,9 @@ struct Outcome {
     /// Deliveries the quiet and trickle tenants' accepted messages fan out to.
     quiet_expected: u64,
     trickle_expected: u64,
+    /// The claims made during the load, from the sluice's `/metrics` (`None` in a fleet,
+    /// whose claims are the dispatcher processes').
+    claims: Option<HistogramSnapshot>,
 }
 
 impl Outcome {
@@ -102,6 +106,16 @@ impl Outcome {
             .latency_from(group, self.warmup_s)
             .quantile(q)
             .map(ms)
+    }
+
+    /// The `q`-quantile of the claims made during the load, in ms.
+    fn claim_ms(&self, q: f64) -> Option<f64> {
+        self.claims.as_ref()?.quantile(q).map(|s| s * 1e3)
+    }
+
+    /// The `q`-quantile of `group`'s POST → 202 times, in ms.
+    fn ingest_ms(&self, group: usize, q: f64) -> Option<f64> {
+        self.timeline.ingest_latency(group).quantile(q).map(ms)
     }
 
     /// Deliveries per second of `group` over the load, after warm-up.
@@ -225,6 +239,26 @@ fn figures(
                 &format!("quiet_{key}_{name}_ms"),
                 &format!("quiet tenant {label}: enqueue→delivery {name}"),
                 phase.quantile_ms(QUIET, q),
+                "ms",
+            );
+        }
+    }
+    // Where a quiet delivery's time goes: its POST, and the claims it waits behind.
+    for (key, label, phase) in [
+        ("alone", "alone", alone),
+        ("beside", "beside the backlog", beside),
+    ] {
+        for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+            report.figure(
+                &format!("quiet_{key}_ingest_{name}_ms"),
+                &format!("quiet tenant {label}: POST → 202 {name}"),
+                phase.ingest_ms(QUIET, q),
+                "ms",
+            );
+            report.figure(
+                &format!("claim_{key}_{name}_ms"),
+                &format!("claims during the quiet tenant {label}: duration {name}"),
+                phase.claim_ms(q),
                 "ms",
             );
         }
@@ -408,6 +442,7 @@ async fn phase(
     let seconds = sizes.duration.as_secs_f64();
     let pb = watch::progress(args.json, label, seconds);
     timeline.restart();
+    let claims_before = claims(sluice).await;
     let until = Instant::now() + sizes.duration;
     let load: Vec<_> = producers
         .into_iter()
@@ -421,6 +456,10 @@ async fn phase(
         let _ = tokio::time::timeout(Duration::from_secs(30), p).await;
     }
     pb.finish_and_clear();
+    let claims = match (claims_before, self::claims(sluice).await) {
+        (Some(before), Some(after)) => Some(after.delta(&before)),
+        _ => None,
+    };
     // The quiet and trickle deliveries already accepted may still arrive.
     let quiet_expected = timeline.accepted(QUIET) * quiet_fan_out;
     let trickle_expected = timeline.accepted(TRICKLE);
@@ -439,7 +478,14 @@ async fn phase(
         warmup_s: if seconds >= 10.0 { 2 } else { 0 },
         quiet_expected,
         trickle_expected,
+        claims,
     })
+}
+
+/// The sluice's claim durations so far, when it claims (not a fleet's API process).
+async fn claims(sluice: &Sluice) -> Option<HistogramSnapshot> {
+    let scrape = sluice.scrape().await.ok()?;
+    scrape.histogram("sluice_claim_duration_seconds")
 }
 
 /// A tenant of the scenario, its endpoints created.
