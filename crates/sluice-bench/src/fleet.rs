@@ -1,7 +1,9 @@
 //! `fleet`: one API process and three dispatcher processes (`sluice serve --role …`, the
 //! `sluice` binary beside this one) on a fresh PostgreSQL database and a `redis-server` of
 //! their own, under steady load over healthy endpoints and one slow endpoint whose fleet-wide
-//! lane is N. While the load runs, one dispatcher is killed (`kill -9`), a second is stopped
+//! lane is N. First the same customers and load run on one `sluice serve` process (API and
+//! dispatcher) for as long as the fleet's steady phase, on a fresh database of its own: the
+//! baseline the fleet's healthy latency is compared with. While the fleet's load runs, one dispatcher is killed (`kill -9`), a second is stopped
 //! with SIGTERM (scale-in), and Redis is stopped and started again; then the load stops and the
 //! run waits until every accepted message is delivered.
 //!
@@ -29,7 +31,7 @@ use super::chart::{Line, Panel};
 use super::harness::{FreshDatabase, Sluice, Tuning};
 use super::load;
 use super::procs::{Fleet, Proc, Redis, sluice_binary};
-use super::report::Report;
+use super::report::{Report, ratio};
 use super::timeline::{Timeline, ms, now_us, sent_at_us, u64_field};
 use super::{BenchArgs, save_chart, watch};
 
@@ -412,15 +414,13 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     let binary = sluice_binary()?;
     // reqwest is built without a default TLS provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let db = FreshDatabase::create(&server).await?;
     let log_dir = std::env::temp_dir().join(format!(
         "sluice-bench-fleet-{}-{}",
         std::process::id(),
         sluice::ids::lease_token()
     ));
     std::fs::create_dir_all(&log_dir).with_context(|| format!("{}", log_dir.display()))?;
-    let outcome = drive(args, binary, &db.url, &log_dir).await;
-    db.drop_it().await;
+    let outcome = drive(args, binary, &server, &log_dir).await;
     match &outcome {
         // A smoke run's timing claims fail by design (phases of a few seconds).
         Ok(report) if report.claims_failed(args.smoke) == 0 => {
@@ -431,24 +431,222 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     outcome
 }
 
-#[allow(clippy::too_many_lines)]
+/// The run's sizes, from the flags.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    healthy: usize,
+    healthy_rate: f64,
+    slow_ms: u64,
+    slow_rate: f64,
+    lane: u32,
+}
+
+impl Sizes {
+    fn of(args: &BenchArgs) -> Self {
+        Self {
+            healthy: args.endpoints.unwrap_or(args.sized(8, 3)),
+            healthy_rate: args.rate.unwrap_or(args.sized(40.0, 10.0)),
+            slow_ms: args.slow_ms.unwrap_or(250),
+            slow_rate: args.bad_rate.unwrap_or(args.sized(14.0, 10.0)),
+            lane: args.lane.unwrap_or(4),
+        }
+    }
+}
+
+/// The dispatchers' heartbeat interval (the default: the fleet runs with defaults).
+fn heartbeat() -> Duration {
+    sluice::dispatcher::DispatchSettings::default().heartbeat_interval
+}
+
+/// How the sluice under load runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// One `sluice serve` process (API and dispatcher), the baseline.
+    OneProcess,
+    /// One API process and [`DISPATCHERS`] dispatcher processes.
+    Fleet,
+}
+
+/// The fleet up and its customers created, ready for the load.
+struct Started {
+    fleet: Fleet,
+    http: reqwest::Client,
+    redis: Redis,
+    redis_port: u16,
+    api: Proc,
+    dispatchers: Vec<Proc>,
+    scale_url: String,
+    /// Seconds from the dispatchers' readiness until `/v1/scale` counted all of them.
+    start_lag: Option<f64>,
+    timeline: Arc<Timeline>,
+    arrivals: Arc<Arrivals>,
+    /// The healthy endpoints' receivers, serving until the run ends.
+    _receivers: Vec<Receiver>,
+    slow_rx: Arc<Receiver>,
+    /// The API process, driven as a client would.
+    sluice: Sluice,
+    /// `(token, customer, timeline group, events/s)`.
+    customers: Vec<(String, u64, usize, f64)>,
+}
+
+/// What the run saw, for the figures and the chart.
+struct Observed {
+    kill_at: f64,
+    term_at: f64,
+    /// When the SIGTERM'd dispatcher exited, and how.
+    exited_at: f64,
+    exit: std::process::ExitStatus,
+    /// Leases nobody held at the SIGTERM (the killed dispatcher's).
+    orphaned: HashSet<(i64, Option<i64>)>,
+    /// Leases right after the SIGTERM'd dispatcher's exit, and a lease gap later.
+    at_exit: HashSet<(i64, Option<i64>)>,
+    after_exit: HashSet<(i64, Option<i64>)>,
+    /// The SIGTERM'd dispatcher's log.
+    said: String,
+    /// The slow receiver's most requests in flight, per phase.
+    peaks: Vec<usize>,
+    scale: Vec<ScaleSample>,
+    in_flight: Vec<(f64, f64)>,
+    load_end: f64,
+    drained_s: f64,
+    /// Everything acknowledged was delivered and nothing was left ready or leased.
+    settled: bool,
+    dead: i64,
+    /// The surviving processes exited cleanly on SIGTERM at the end.
+    survivors_ok: bool,
+    acks: HashMap<(u64, u64), String>,
+    arrivals: Vec<Arrival>,
+}
+
+/// Measure one process, then start the fleet, load it through its events, and report.
 async fn drive(
     args: &BenchArgs,
     binary: PathBuf,
-    database_url: &str,
+    server: &str,
     log_dir: &Path,
 ) -> anyhow::Result<Report> {
-    let healthy = args.endpoints.unwrap_or(args.sized(8, 3));
-    let healthy_rate = args.rate.unwrap_or(args.sized(40.0, 10.0));
-    let slow_ms = args.slow_ms.unwrap_or(250);
-    let slow_rate = args.bad_rate.unwrap_or(args.sized(14.0, 10.0));
-    let lane = args.lane.unwrap_or(4);
+    let sizes = Sizes::of(args);
     let plan = Plan::new(args);
-    let heartbeat = sluice::dispatcher::DispatchSettings::default().heartbeat_interval;
-    let heartbeat_s = heartbeat.as_secs_f64();
+    let one = one_process(args, sizes, plan, &binary, server, log_dir).await?;
+    let db = FreshDatabase::create(server).await?;
+    let fleet = async {
+        let layout = Layout::Fleet;
+        let started = start(args, sizes, layout, binary, &db.url, log_dir).await?;
+        let (timeline, start_lag) = (started.timeline.clone(), started.start_lag);
+        let seen = run_load(args, sizes, plan, &db.url, started).await?;
+        let mut report = figures(sizes, plan, &timeline, start_lag, &seen, &one);
+        chart(args, &mut report, sizes, plan, &timeline, &seen)?;
+        Ok(report)
+    }
+    .await;
+    db.drop_it().await;
+    fleet
+}
 
+/// The healthy endpoints' figures in one `sluice serve` process under the fleet's steady load.
+struct OneProcess {
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    per_s: Option<f64>,
+}
+
+/// The baseline: the same customers and load, for as long as the fleet's steady phase, on one
+/// `sluice serve` process (API and dispatcher) on a fresh database beside the fleet's.
+async fn one_process(
+    args: &BenchArgs,
+    sizes: Sizes,
+    plan: Plan,
+    binary: &Path,
+    server: &str,
+    log_dir: &Path,
+) -> anyhow::Result<OneProcess> {
+    let db = FreshDatabase::create(server).await?;
+    let measured = async {
+        let layout = Layout::OneProcess;
+        let started = start(args, sizes, layout, binary.to_owned(), &db.url, log_dir).await?;
+        let timeline = started.timeline.clone();
+        let pb = watch::progress(args.json, "fleet: one process", plan.kill_s);
+        let acks = Arc::new(Acks::default());
+        timeline.restart();
+        let until = Instant::now() + Duration::from_secs_f64(plan.kill_s);
+        let url: Arc<str> = started.sluice.messages_url().into();
+        let producers: Vec<_> = started
+            .customers
+            .iter()
+            .map(|(token, c, group, rate)| {
+                let (http, url, timeline) = (started.http.clone(), url.clone(), timeline.clone());
+                produce(
+                    http,
+                    url,
+                    token.clone(),
+                    *c,
+                    *group,
+                    *rate,
+                    until,
+                    timeline,
+                    acks.clone(),
+                )
+            })
+            .collect();
+        for p in producers {
+            let _ = p.await;
+        }
+        pb.finish_and_clear();
+        // The last second's deliveries land before the window is read.
+        tokio::time::sleep(Duration::from_millis(sizes.slow_ms + 1000)).await;
+        let (from, to) = steady_window(plan);
+        let h = timeline.latency_between(HEALTHY, from, to);
+        let span = (to - from) as f64;
+        let delivered = timeline.delivered_between(HEALTHY, from, to) as f64;
+        let Started {
+            mut redis,
+            mut api,
+            sluice,
+            ..
+        } = started;
+        if api.sigterm().await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), api.child.wait()).await;
+        }
+        redis.stop().await;
+        sluice.stop().await;
+        anyhow::Ok(OneProcess {
+            p50_ms: h.quantile(0.5).map(ms),
+            p99_ms: h.quantile(0.99).map(ms),
+            per_s: (span > 0.0).then(|| delivered / span),
+        })
+    }
+    .await;
+    db.drop_it().await;
+    measured
+}
+
+/// The whole seconds of the steady phase the healthy figures are read over: after 2 s of
+/// warm-up when the phase is 10 s or longer.
+fn steady_window(plan: Plan) -> (usize, usize) {
+    let to = plan.kill_s;
+    let from = if to >= 10.0 { 2 } else { 0 };
+    (from, (to.floor() as usize).max(from))
+}
+
+/// The API process (which migrates the fresh database), the dispatchers, Redis, the receivers
+/// and the customers.
+async fn start(
+    args: &BenchArgs,
+    sizes: Sizes,
+    layout: Layout,
+    binary: PathBuf,
+    database_url: &str,
+    log_dir: &Path,
+) -> anyhow::Result<Started> {
+    let Sizes {
+        healthy,
+        healthy_rate,
+        slow_ms,
+        slow_rate,
+        lane,
+    } = sizes;
     let redis_port = sluice_testkit::free_port();
-    let mut redis = Redis::start(redis_port).await?;
+    let redis = Redis::start(redis_port).await?;
     let fleet = Fleet {
         binary,
         database_url: database_url.to_owned(),
@@ -464,10 +662,14 @@ async fn drive(
         .context("http client")?;
 
     // The API process first (it migrates the fresh database), then the dispatchers.
-    let mut api = Proc::spawn(&fleet, "api", "api")?;
+    let (role, dispatcher_count) = match layout {
+        Layout::OneProcess => ("all", 0),
+        Layout::Fleet => ("api", DISPATCHERS),
+    };
+    let mut api = Proc::spawn(&fleet, role, role)?;
     api.wait_for(&http, "/readyz").await?;
     let mut dispatchers = Vec::new();
-    for i in 0..DISPATCHERS {
+    for i in 0..dispatcher_count {
         dispatchers.push(Proc::spawn(
             &fleet,
             "dispatcher",
@@ -489,7 +691,7 @@ async fn drive(
         r.json::<Value>().await.ok()?["current_replicas"].as_u64()
     };
     let mut start_lag = None;
-    while up.elapsed() < Duration::from_secs(60) {
+    while layout == Layout::Fleet && up.elapsed() < Duration::from_secs(60) {
         if replicas().await == Some(u64::from(DISPATCHERS)) {
             start_lag = Some(up.elapsed().as_secs_f64());
             break;
@@ -537,9 +739,50 @@ async fn drive(
     let (slow_token, _) = sluice.customer("slow", &slow_rx.url(), Some(lane)).await?;
     customers.push((slow_token, healthy as u64, SLOW, slow_rate));
     // Every dispatcher sees the others' heartbeats (its local share for a Redis outage).
-    tokio::time::sleep(heartbeat).await;
+    tokio::time::sleep(heartbeat()).await;
+    Ok(Started {
+        fleet,
+        http,
+        redis,
+        redis_port,
+        api,
+        dispatchers,
+        scale_url,
+        start_lag,
+        timeline,
+        arrivals,
+        _receivers: receivers,
+        slow_rx,
+        sluice,
+        customers,
+    })
+}
 
-    // The load, and the readings beside it.
+/// The load, and the events beside it: kill -9, SIGTERM, Redis stopped and started again; then
+/// the drain, and the fleet stopped.
+#[allow(clippy::too_many_lines)]
+async fn run_load(
+    args: &BenchArgs,
+    sizes: Sizes,
+    plan: Plan,
+    database_url: &str,
+    started: Started,
+) -> anyhow::Result<Observed> {
+    let Started {
+        fleet,
+        http,
+        mut redis,
+        redis_port,
+        api,
+        mut dispatchers,
+        scale_url,
+        timeline,
+        arrivals,
+        slow_rx,
+        sluice,
+        customers,
+        ..
+    } = started;
     let pg = {
         let (client, conn) = tokio_postgres::connect(database_url, tokio_postgres::NoTls)
             .await
@@ -678,7 +921,7 @@ async fn drive(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // Late answers of the last requests land in the timeline before it is read.
-    tokio::time::sleep(Duration::from_millis(slow_ms + 200)).await;
+    tokio::time::sleep(Duration::from_millis(sizes.slow_ms + 200)).await;
     let drained_s = timeline.elapsed();
     new_phase(&mut peaks);
     stop.store(true, Ordering::Release);
@@ -698,18 +941,75 @@ async fn drive(
     redis.stop().await;
     drop(killed);
     sluice.stop().await;
-
-    // Figures.
     let acks = acks.ids.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let arrivals = arrivals.snapshot();
+    Ok(Observed {
+        kill_at,
+        term_at,
+        exited_at,
+        exit,
+        orphaned,
+        at_exit,
+        after_exit,
+        said,
+        peaks,
+        scale,
+        in_flight,
+        load_end,
+        drained_s,
+        settled,
+        dead,
+        survivors_ok,
+        acks,
+        arrivals: arrivals.snapshot(),
+    })
+}
+
+/// The figures and the claims.
+#[allow(clippy::too_many_lines)]
+fn figures(
+    sizes: Sizes,
+    plan: Plan,
+    timeline: &Timeline,
+    start_lag: Option<f64>,
+    seen: &Observed,
+    one: &OneProcess,
+) -> Report {
+    let Sizes {
+        healthy,
+        healthy_rate,
+        slow_ms,
+        slow_rate,
+        lane,
+    } = sizes;
+    let Observed {
+        kill_at,
+        term_at,
+        exited_at,
+        exit,
+        ref orphaned,
+        ref at_exit,
+        ref after_exit,
+        ref said,
+        ref peaks,
+        ref scale,
+        load_end,
+        drained_s,
+        settled,
+        dead,
+        survivors_ok,
+        ref acks,
+        ref arrivals,
+        ..
+    } = *seen;
+    let heartbeat_s = heartbeat().as_secs_f64();
     let kill_window_s = slow_ms as f64 / 1000.0 + 1.0;
-    let t = tally(&arrivals, &acks, kill_at, kill_window_s);
+    let t = tally(arrivals, acks, kill_at, kill_window_s);
     let lost = t.acknowledged - t.delivered;
     let left_by_term: Vec<_> = at_exit
-        .intersection(&after_exit)
+        .intersection(after_exit)
         .filter(|l| !orphaned.contains(l))
         .collect();
-    let (finished, released) = drain_counts(&said);
+    let (finished, released) = drain_counts(said);
     let bounds = plan.bounds(drained_s);
     let peak = peaks.iter().copied().max().unwrap_or(0);
 
@@ -859,8 +1159,8 @@ async fn drive(
     report.figure("heartbeat_s", "heartbeat interval", Some(heartbeat_s), "s");
     let stale_s = heartbeat_s * 3.0;
     let lag_start = start_lag;
-    let lag_kill = lag(&scale, kill_at, term_at, DISPATCHERS - 1);
-    let lag_term = lag(&scale, term_at, drained_s + 1.0, DISPATCHERS - 2);
+    let lag_kill = lag(scale, kill_at, term_at, DISPATCHERS - 1);
+    let lag_term = lag(scale, term_at, drained_s + 1.0, DISPATCHERS - 2);
     report.figure(
         "scale_lag_start_s",
         "/v1/scale current_replicas = 3 after the dispatchers are ready",
@@ -935,6 +1235,44 @@ async fn drive(
             "/s",
         );
     }
+    // The fleet beside one process, over the same steady seconds of the same load.
+    let (from, to) = steady_window(plan);
+    let steady = timeline.latency_between(HEALTHY, from, to);
+    let fleet_p99 = steady.quantile(0.99).map(ms);
+    report.figure(
+        "one_process_healthy_p50_ms",
+        "one process, same load: healthy p50 enqueue→delivery",
+        one.p50_ms,
+        "ms",
+    );
+    report.figure(
+        "one_process_healthy_p99_ms",
+        "one process, same load: healthy p99 enqueue→delivery",
+        one.p99_ms,
+        "ms",
+    );
+    report.figure(
+        "one_process_healthy_per_s",
+        "one process, same load: healthy deliveries",
+        one.per_s,
+        "/s",
+    );
+    let factor = ratio(fleet_p99, one.p99_ms);
+    report.figure(
+        "fleet_p99_vs_one_process",
+        "healthy p99 before the kill -9: fleet ÷ one process",
+        factor,
+        "×",
+    );
+    report.verdict(
+        factor.is_some_and(|f| f <= 2.0),
+        format!(
+            "the fleet's healthy p99 is within 2× one process's at the same load: {} ({} against {} ms)",
+            factor.map_or("n/a".into(), |f| format!("{f:.2}×")),
+            fleet_p99.map_or("n/a".into(), |v| format!("{v:.1}")),
+            one.p99_ms.map_or("n/a".into(), |v| format!("{v:.1}")),
+        ),
+    );
     report.figure(
         "drain_s",
         "load stopped → everything delivered",
@@ -1042,8 +1380,27 @@ async fn drive(
         "duplicates are counted per event (customer, sequence number in the payload); the \
          killed dispatcher's leases expire after the lease TTL and are delivered again",
     );
+    report
+}
 
-    // Series and chart.
+/// The series and the chart.
+fn chart(
+    args: &BenchArgs,
+    report: &mut Report,
+    sizes: Sizes,
+    plan: Plan,
+    timeline: &Timeline,
+    seen: &Observed,
+) -> anyhow::Result<()> {
+    let n = f64::from(sizes.lane);
+    let Observed {
+        kill_at,
+        term_at,
+        drained_s,
+        ref scale,
+        ref in_flight,
+        ..
+    } = *seen;
     let lane_line = vec![(0.0, n), (drained_s, n)];
     let replicas_series: Vec<(f64, f64)> = scale
         .iter()
@@ -1062,8 +1419,8 @@ async fn drive(
             "slow receiver: requests in flight vs the fleet-wide lane",
             "requests",
             vec![
-                Line::new("in flight (50 ms samples)", in_flight),
-                Line::new(format!("lane N = {lane}"), lane_line),
+                Line::new("in flight (50 ms samples)", in_flight.clone()),
+                Line::new(format!("lane N = {}", sizes.lane), lane_line),
             ],
         ),
         Panel::linear(
@@ -1082,14 +1439,14 @@ async fn drive(
     ];
     save_chart(
         args,
-        &mut report,
+        report,
         &format!(
             "fleet: kill -9 at {:.0} s, SIGTERM at {:.0} s, Redis down {:.0}–{:.0} s, load until {:.0} s",
             kill_at, term_at, plan.redis_down_s, plan.redis_up_s, plan.end_s
         ),
         &panels,
     )?;
-    Ok(report)
+    Ok(())
 }
 
 fn round(v: f64) -> f64 {

@@ -86,7 +86,8 @@ pub enum Scenario {
     /// A recorded peak shape (mixed, throttling, slow, dead endpoints) at 1×, 2× and 4×: oldest
     /// ready age, pool utilisation, 429 share, with pass/fail verdicts.
     Replay,
-    /// One API and three dispatcher processes on PostgreSQL + Redis under load: `kill -9` of
+    /// One `sluice serve` process under a steady load (the baseline), then one API and three
+    /// dispatcher processes on PostgreSQL + Redis under the same load: `kill -9` of
     /// one, SIGTERM of another, a Redis restart; lane bound, loss, duplicates, leases and
     /// `/v1/scale`, with pass/fail verdicts (a full run exits non-zero on a failure).
     Fleet,
