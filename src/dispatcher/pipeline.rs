@@ -122,7 +122,7 @@ impl From<Settlement> for Concluded {
 }
 
 /// What an attempt changed about its endpoint beyond the delivery: a breaker transition to
-/// record, the failing-since mark, a disable. Written by the settler before the settlement.
+/// record, the failing-since mark, a disable. Written by the settler beside the settlement.
 pub(super) struct EndpointWrites {
     pub(super) endpoint: Arc<EndpointRuntime>,
     /// A breaker transition: the event's kind and detail.
@@ -227,6 +227,11 @@ fn conclude_attempt(
             limit_bound,
         };
         let effects = conclude(&mut s, &ctx.settings, &decision, attempt, now, now_ms);
+        // A disable holds this process's next deliveries at once, before the settler writes
+        // it (and the retry of this one); the settler enables it again if the store refuses.
+        if decision.disable.is_some() || matches!(effects.failing, FailingChange::Disable { .. }) {
+            s.enabled = false;
+        }
         (effects, s.host.clone())
     };
     observe(

@@ -11,7 +11,7 @@
 //!
 //! It is the one room that writes what deliveries came to: settlements, dead-letter notices,
 //! and what attempts changed about their endpoints ([`EndpointWrites`]: breaker events, the
-//! failing-since mark, disables), written just before the batch they came with.
+//! failing-since mark, disables), written beside the batch they came with.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -78,21 +78,23 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
                 message_id: item.message_id,
             });
         }
-        if !endpoint_writes.is_empty() {
-            // Rare (a breaker moved, a run of failures began or ended, an endpoint is gone),
-            // and written before the settlements: a retry written first could be claimed and
-            // attempted before its endpoint is known to be disabled.
-            let writes = endpoint_writes
-                .into_iter()
-                .map(|w| write_endpoint(&ctx, *w));
-            futures_util::future::join_all(writes).await;
-        }
         let started = Instant::now();
         let span = tracing::debug_span!("settle", batch = batch.len());
-        let written = settle_batch(&*ctx.store, &batch, started + ctx.settings.lease_ttl)
-            .instrument(span)
-            .await;
-        let settle_took = started.elapsed().as_secs_f64();
+        let settle = async {
+            let written = settle_batch(&*ctx.store, &batch, started + ctx.settings.lease_ttl)
+                .instrument(span)
+                .await;
+            (written, started.elapsed().as_secs_f64())
+        };
+        // Endpoint writes are rare (a breaker moved, a run of failures began or ended, an
+        // endpoint is gone) and go beside the batch, never ahead of it: a disable already holds
+        // this process's deliveries in memory (see `pipeline`).
+        let endpoint_writes = endpoint_writes
+            .into_iter()
+            .map(|w| write_endpoint(&ctx, *w));
+        let ((written, settle_took), _) =
+            futures_util::future::join(settle, futures_util::future::join_all(endpoint_writes))
+                .await;
         let m = &ctx.metrics;
         m.phase_seconds
             .get_or_create(&PhaseLabel { phase: "settle" })
@@ -163,6 +165,7 @@ async fn disable(ctx: &Ctx, endpoint: &EndpointRuntime, reason: &str) {
         .await
     {
         tracing::warn!(error = %e, endpoint = %endpoint.id, "cannot disable endpoint");
+        endpoint.state().enabled = true;
         return;
     }
     endpoint.state().enabled = false;
