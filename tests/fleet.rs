@@ -226,30 +226,106 @@ async fn release_frees_a_slot() {
     ));
 }
 
+/// A slot whose release never reached Redis (its holder still running and beating) frees
+/// itself after its ttl.
 #[tokio::test]
-async fn crashed_holder_slot_frees_itself_after_its_ttl() {
+async fn a_lost_release_frees_itself_after_the_slot_ttl() {
     let Some(server) = RedisServer::start().await else {
         return;
     };
     let short = FleetSettings {
         slot_ttl: Duration::from_secs(1),
-        ..settings("crashes")
+        ..settings("loses-a-release")
     };
-    let crashing = FleetLanes::connect(&server.url(), short).await.unwrap();
-    let FleetAcquire::Acquired(slot) = crashing.try_acquire("ep_leak", 1).await else {
+    let holder = FleetLanes::connect(&server.url(), short).await.unwrap();
+    let FleetAcquire::Acquired(slot) = holder.try_acquire("ep_leak", 1).await else {
         panic!("an empty lane admits");
     };
-    // The holder dies without releasing: its handle and slot simply vanish.
+    // The slot vanishes without a release; its process lives on, beating.
     drop(slot);
-    drop(crashing);
-    let survivor = fleet(&server, "survivor").await;
+    let other = fleet(&server, "other").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(survivor.try_acquire("ep_leak", 1).await, FleetAcquire::Full);
+    assert_eq!(other.try_acquire("ep_leak", 1).await, FleetAcquire::Full);
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(matches!(
-        survivor.try_acquire("ep_leak", 1).await,
+        other.try_acquire("ep_leak", 1).await,
         FleetAcquire::Acquired(_)
     ));
+    drop(holder);
+}
+
+/// A killed dispatcher's slot: held while its live entry lasts, then pruned by the next acquire
+/// once the entry has expired (three heartbeats), long before the slot's own 60 s ttl.
+#[tokio::test]
+async fn a_killed_dispatchers_slot_comes_back_after_three_heartbeats() {
+    let Some(server) = RedisServer::start().await else {
+        return;
+    };
+    let beats = |id: &str| FleetSettings {
+        heartbeat: Duration::from_secs(1),
+        ..settings(id)
+    };
+    let killed = FleetLanes::connect(&server.url(), beats("killed"))
+        .await
+        .unwrap();
+    let survivor = FleetLanes::connect(&server.url(), beats("survivor"))
+        .await
+        .unwrap();
+    let FleetAcquire::Acquired(slot) = killed.try_acquire("ep_orphan", 1).await else {
+        panic!("an empty lane admits");
+    };
+    // Killed: no release, no more heartbeats.
+    drop(slot);
+    drop(killed);
+    assert_eq!(
+        survivor.try_acquire("ep_orphan", 1).await,
+        FleetAcquire::Full
+    );
+    let back = support::eventually(Duration::from_secs(20), || async {
+        matches!(
+            survivor.try_acquire("ep_orphan", 1).await,
+            FleetAcquire::Acquired(_)
+        )
+    })
+    .await;
+    assert!(
+        back,
+        "the killed dispatcher's slot was not pruned within 20 s (slot ttl 60 s)"
+    );
+}
+
+/// After Redis comes back empty, a live dispatcher may hold a slot before it has beaten again:
+/// that young holder is not an orphan, and the lane stays full for the others. (Heartbeats of
+/// 30 s: no beat happens during the test, so only the holder's age protects it.)
+#[tokio::test]
+async fn a_young_holder_of_an_unregistered_dispatcher_is_not_pruned() {
+    let Some(server) = RedisServer::start().await else {
+        return;
+    };
+    let slow_beats = |id: &str| FleetSettings {
+        heartbeat: Duration::from_secs(30),
+        ..settings(id)
+    };
+    let first = FleetLanes::connect(&server.url(), slow_beats("first"))
+        .await
+        .unwrap();
+    let second = FleetLanes::connect(&server.url(), slow_beats("second"))
+        .await
+        .unwrap();
+    let mut conn = server.inspect().await;
+    redis::cmd("FLUSHALL")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let FleetAcquire::Acquired(_slot) = first.try_acquire("ep_young", 1).await else {
+        panic!("an empty lane admits");
+    };
+    let live: Option<f64> = conn
+        .zscore("sluice-test:dispatchers", "first")
+        .await
+        .unwrap();
+    assert_eq!(live, None, "the holder's dispatcher is not registered");
+    assert_eq!(second.try_acquire("ep_young", 1).await, FleetAcquire::Full);
 }
 
 /// How this shows Redis's clock is used: the script takes no timestamp argument (checked by the
@@ -282,8 +358,13 @@ async fn slot_expiry_is_scored_on_the_redis_clock() {
     let pttl: i64 = inspect.pttl(slot.lane_key()).await.unwrap();
     assert!(pttl > 55_000 && pttl <= 60_000, "lane key expiry {pttl} ms");
 
-    // A foreign holder that Redis's clock says expires 300 ms from now.
+    // A foreign holder that Redis's clock says expires 300 ms from now, of a dispatcher that is
+    // live for the whole test (so only its expiry can free it, not its process's death).
     let expires_ms = redis_now_ms(&mut inspect).await + 300;
+    let _: () = inspect
+        .zadd("sluice-test:dispatchers", "foreign", expires_ms + 60_000)
+        .await
+        .unwrap();
     let _: () = inspect
         .zadd(slot.lane_key(), "foreign:1", expires_ms)
         .await

@@ -4,9 +4,11 @@
 //! endpoint's slots live in one Redis sorted set, `{prefix}:lane:{endpoint_id}`, whose members are
 //! holders (`{process_id}:{counter}`) scored by their expiry in milliseconds on Redis's own clock.
 //! Acquiring is one Lua script (prune expired holders, admit if fewer than the allowance remain);
-//! releasing is `ZREM`. A holder that crashes never releases, and its slot frees itself after
-//! [`FleetSettings::slot_ttl`]. Live dispatchers renew themselves in `{prefix}:dispatchers` every
-//! [`FleetSettings::heartbeat`], which gives the count used when Redis is gone.
+//! releasing is `ZREM`. Live dispatchers renew themselves in `{prefix}:dispatchers` every
+//! [`FleetSettings::heartbeat`], which gives the count used when Redis is gone. A holder that
+//! crashes never releases: its slot frees itself when its dispatcher has not renewed its entry
+//! for three heartbeats (the next acquire prunes it), and in any case after
+//! [`FleetSettings::slot_ttl`] (a release that never reached Redis).
 //!
 //! # How the lane combines it
 //!
@@ -94,6 +96,11 @@ impl Default for FleetSettings {
 }
 
 impl FleetSettings {
+    /// How long a dispatcher's live entry lasts without a renewal: three heartbeats.
+    fn live_entry_ttl(&self) -> Duration {
+        self.heartbeat * DISPATCHER_TTL_HEARTBEATS
+    }
+
     /// Check every setting, reporting all problems together (see [`FleetSettings::problems`]).
     pub fn validate(&self) -> Result<(), FleetError> {
         let problems = self.problems();
@@ -270,9 +277,11 @@ impl FleetLanes {
         let member = format!("{}:{counter}", inner.settings.process_id);
         let mut conn = inner.conn.clone();
         let mut call = inner.acquire.key(&key);
-        call.arg(allowance)
+        call.key(&inner.dispatchers_key)
+            .arg(allowance)
             .arg(duration_ms(inner.settings.slot_ttl))
-            .arg(&member);
+            .arg(&member)
+            .arg(duration_ms(inner.settings.live_entry_ttl()));
         let result = inner.bounded(call.invoke_async::<i64>(&mut conn)).await;
         match result {
             Ok(1) => FleetAcquire::Acquired(FleetSlot { key, member }),
@@ -397,7 +406,7 @@ impl Inner {
     /// admitted under their outage shares still run. So for one live-entry ttl after a recovery
     /// (time for every live dispatcher to register again) the count only grows.
     async fn beat(&self) {
-        let entry_ttl = self.settings.heartbeat * DISPATCHER_TTL_HEARTBEATS;
+        let entry_ttl = self.settings.live_entry_ttl();
         let mut conn = self.conn.clone();
         let mut call = self.heartbeat.key(&self.dispatchers_key);
         call.arg(&self.settings.process_id)

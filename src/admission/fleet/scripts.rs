@@ -7,18 +7,33 @@
 
 /// Acquire one lane slot, atomically.
 ///
-/// `KEYS[1]`: the lane's sorted set. `ARGV[1]`: allowance (slots), `ARGV[2]`: slot ttl (ms),
-/// `ARGV[3]`: the holder member. Returns 1 when the slot was taken, 0 when the lane is full.
+/// `KEYS[1]`: the lane's sorted set, `KEYS[2]`: the live dispatchers' sorted set. `ARGV[1]`:
+/// allowance (slots), `ARGV[2]`: slot ttl (ms), `ARGV[3]`: the holder member
+/// (`{process_id}:{counter}`), `ARGV[4]`: a live entry's ttl (ms, a duration, not a time).
+/// Returns 1 when the slot was taken, 0 when the lane is full.
 ///
 /// Expired holders are pruned first, so a crashed holder's slot frees itself after its ttl even
-/// under steady traffic (the leak INCR/DECR + TTL cannot recover from). The key's own expiry is
-/// only ever extended, never shortened, so a dispatcher configured with a shorter ttl cannot make
-/// the key (and a longer-lived holder in it) vanish early.
+/// under steady traffic (the leak INCR/DECR + TTL cannot recover from). So are the holders of a
+/// dispatcher that is no longer live (its entry in `KEYS[2]` expired: it was killed), once the
+/// slot is older than one live-entry ttl: every live dispatcher has renewed its entry since it
+/// took the slot, even after a Redis that came back empty, so a holder taken by a live process
+/// is never mistaken for an orphan. A killed dispatcher's slots thus come back after about
+/// three heartbeats instead of a whole slot ttl (which must outlast the longest attempt).
+/// The key's own expiry is only ever extended, never shortened, so a dispatcher configured with
+/// a shorter ttl cannot make the key (and a longer-lived holder in it) vanish early.
 pub(super) const ACQUIRE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local taken_before = now - tonumber(ARGV[4])
+for _, holder in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. (taken_before + ttl))) do
+  local process = string.match(holder, '^(.*):[^:]*$')
+  local live_until = process and redis.call('ZSCORE', KEYS[2], process)
+  if not live_until or tonumber(live_until) < now then
+    redis.call('ZREM', KEYS[1], holder)
+  end
+end
 if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[3])
   if redis.call('PTTL', KEYS[1]) < ttl then
@@ -110,8 +125,17 @@ mod tests {
     #[test]
     fn scripts_read_the_clock_from_redis_only() {
         for script in [ACQUIRE, HEARTBEAT, RATE] {
+            assert!(script.contains("local now = tonumber(t[1])"));
             assert!(script.contains("redis.call('TIME')"));
-            assert!(!script.contains("ARGV[4]"), "no client timestamp argument");
+            // Every argument is a count, a duration or a name: none is read as the time.
+            assert!(
+                !script.contains("now = tonumber(ARGV"),
+                "no client timestamp"
+            );
         }
+        assert!(
+            !ACQUIRE.contains("ARGV[5]"),
+            "acquire's arguments are the four documented"
+        );
     }
 }
