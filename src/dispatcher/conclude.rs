@@ -56,7 +56,8 @@ pub(super) struct Attempt {
 /// Retry-After pause is decided, capped at `max_pause`, never shortening a longer one; its
 /// ceiling is the endpoint's lane), the evidence window and the lane sized from it, the
 /// service-time average claims are sized by, the breaker, and the run of failures. An endpoint
-/// the decision disables itself (410 Gone) is not also auto-disabled.
+/// the decision disables itself (410 Gone) is not also auto-disabled; a disabled one is held in
+/// memory from here on.
 pub(super) fn conclude(
     state: &mut EndpointState,
     settings: &DispatchSettings,
@@ -112,6 +113,11 @@ pub(super) fn conclude(
         && decision.disable.is_none()
     {
         failing = FailingChange::Disable { since_ms };
+    }
+    // A disable holds this process's next deliveries at once, before the settler writes it
+    // (and the retry of this one); the settler enables the endpoint again if the store refuses.
+    if decision.disable.is_some() || matches!(failing, FailingChange::Disable { .. }) {
+        state.enabled = false;
     }
     Effects {
         transition,

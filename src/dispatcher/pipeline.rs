@@ -15,7 +15,7 @@ use tracing::Instrument;
 use super::Ctx;
 use super::conclude::{Attempt, FailingChange, conclude};
 use super::endpoints::{EndpointRuntime, Pending};
-use crate::admission::breaker::Admission;
+use crate::admission::breaker::{Admission, Transition};
 use crate::admission::governor::{self, Observation};
 use crate::admission::lane::Lane;
 use crate::admission::rate::Turns;
@@ -125,8 +125,8 @@ impl From<Settlement> for Concluded {
 /// record, the failing-since mark, a disable. Written by the settler beside the settlement.
 pub(super) struct EndpointWrites {
     pub(super) endpoint: Arc<EndpointRuntime>,
-    /// A breaker transition: the event's kind and detail.
-    pub(super) event: Option<(String, String)>,
+    /// A breaker transition, recorded as an endpoint event.
+    pub(super) transition: Option<Transition>,
     pub(super) failing: FailingChange,
     /// Disable the endpoint for this reason (the answer said it is gone, or it failed too long).
     pub(super) disable: Option<String>,
@@ -227,11 +227,6 @@ fn conclude_attempt(
             limit_bound,
         };
         let effects = conclude(&mut s, &ctx.settings, &decision, attempt, now, now_ms);
-        // A disable holds this process's next deliveries at once, before the settler writes
-        // it (and the retry of this one); the settler enables it again if the store refuses.
-        if decision.disable.is_some() || matches!(effects.failing, FailingChange::Disable { .. }) {
-            s.enabled = false;
-        }
         (effects, s.host.clone())
     };
     observe(
@@ -249,9 +244,7 @@ fn conclude_attempt(
     .then(|| {
         Box::new(EndpointWrites {
             endpoint,
-            event: effects
-                .transition
-                .map(|t| (format!("breaker_{}", t.to), t.reason)),
+            transition: effects.transition,
             failing: effects.failing,
             disable: decision.disable,
         })

@@ -128,8 +128,8 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
 /// mark, its disable.
 async fn write_endpoint(ctx: &Ctx, w: EndpointWrites) {
     let endpoint = &w.endpoint;
-    if let Some((kind, detail)) = &w.event {
-        record_event(ctx, endpoint, kind, detail).await;
+    if let Some(t) = &w.transition {
+        record_event(ctx, endpoint, &format!("breaker_{}", t.to), &t.reason).await;
     }
     match w.failing {
         FailingChange::Began(since) => {
