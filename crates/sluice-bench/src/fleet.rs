@@ -12,7 +12,9 @@
 //! duplicates come only from attempts in flight at the kill and carry the first delivery's
 //! `webhook-id`; nothing the SIGTERM'd dispatcher claimed stays leased after it exits;
 //! `GET /v1/scale` follows the live dispatcher count within one heartbeat; deliveries go on while
-//! Redis is down.
+//! Redis is down. Last, a backlog is drained by one process and by the fleet with the same total
+//! concurrency ([`saturation`]): the fleet's deliveries per second at saturation beside one
+//! process's.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -32,6 +34,7 @@ use super::harness::{FreshDatabase, Sluice, Tuning};
 use super::load;
 use super::procs::{Fleet, Proc, Redis, sluice_binary};
 use super::report::{Report, ratio};
+use super::saturation;
 use super::timeline::{Timeline, ms, now_us, sent_at_us, u64_field};
 use super::{BenchArgs, save_chart, watch};
 
@@ -40,6 +43,9 @@ const HEALTHY: usize = 0;
 const SLOW: usize = 1;
 /// Dispatcher processes at the start.
 const DISPATCHERS: u32 = 3;
+/// In-flight attempts of the saturation run's layouts (one process's default `--concurrency`),
+/// split evenly over the fleet's dispatchers.
+const SATURATION_CONCURRENCY: u32 = 512;
 /// The phases, in order: steady, after the `kill -9`, after the SIGTERM, Redis down, Redis back,
 /// and the drain after the load stops.
 const PHASES: [(&str, &str); 6] = [
@@ -531,16 +537,24 @@ async fn drive(
     let db = FreshDatabase::create(server).await?;
     let fleet = async {
         let layout = Layout::Fleet;
-        let started = start(args, sizes, layout, binary, &db.url, log_dir).await?;
+        let started = start(args, sizes, layout, binary.clone(), &db.url, log_dir).await?;
         let (timeline, start_lag) = (started.timeline.clone(), started.start_lag);
         let seen = run_load(args, sizes, plan, &db.url, started).await?;
         let mut report = figures(sizes, plan, &timeline, start_lag, &seen, &one);
         chart(args, &mut report, sizes, plan, &timeline, &seen)?;
-        Ok(report)
+        anyhow::Ok(report)
     }
     .await;
     db.drop_it().await;
-    fleet
+    let mut report = fleet?;
+    let saturation = saturation::Sizes {
+        backlog: args.backlog.unwrap_or(args.sized(30_000, 1_000)),
+        concurrency: args.concurrency.unwrap_or(SATURATION_CONCURRENCY),
+        dispatchers: DISPATCHERS,
+    };
+    let measured = saturation::measure(saturation, &binary, server, log_dir).await?;
+    saturation::figures(&mut report, &measured);
+    Ok(report)
 }
 
 /// The healthy endpoints' figures in one `sluice serve` process under the fleet's steady load.

@@ -41,6 +41,7 @@ mod rate_limited;
 mod receiver;
 mod replay;
 mod report;
+mod saturation;
 mod scale;
 mod slow_consumer;
 mod stage;
@@ -166,7 +167,8 @@ pub struct BenchArgs {
     /// (default: `/metrics` on `--target`, with the admin token).
     #[arg(long, requires = "target")]
     pub metrics_url: Option<String>,
-    /// Global concurrency of the embedded sluice (default: the scenario's).
+    /// Global concurrency of the embedded sluice (default: the scenario's; fleet: the
+    /// saturation run's total, 512, split over the dispatchers).
     #[arg(long)]
     pub concurrency: Option<u32>,
     /// Healthy endpoints (throughput: endpoints of the one tenant; scale: run only this count
@@ -188,7 +190,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub producers: Option<usize>,
     /// flood: events the noisy tenant enqueues (with `--full`: ready deliveries already in the
-    /// store when the phase starts); tenants: messages the busy tenant fans out (default 100).
+    /// store when the phase starts); tenants: messages the busy tenant fans out (default 100);
+    /// fleet: deliveries of the saturation backlog (default 30,000).
     #[arg(long)]
     pub backlog: Option<u64>,
     /// flood --full: endpoints of the noisy tenant the backlog is spread over (default 10,000);
