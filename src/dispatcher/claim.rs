@@ -2,7 +2,10 @@
 //!
 //! A claim takes no more of an endpoint than its lane can start within the lane's acquisition
 //! deadline, so shedding stays the exception rather than a churn of claim → shed → requeue;
-//! nor, under a rate limit, more than its bucket can give within that deadline.
+//! nor, under a rate limit, more than its bucket can give within that deadline. When the lane is
+//! held fleet-wide (in Redis), each dispatcher takes its part of that room, not all of it: three
+//! dispatchers each claiming a whole lane's room would queue three times what the one lane can
+//! start, and shed the rest, each shed delivery back only after its 5–20 s requeue delay.
 
 use std::time::Duration;
 
@@ -20,6 +23,37 @@ pub(super) struct EndpointLoad {
     /// Under a rate limit: the turns its bucket can still give within the lane deadline, less
     /// the deliveries already on their way to take one ([`crate::admission::rate::Turns`]).
     pub(super) turns: Option<u32>,
+    /// Who shares the lane: this dispatcher alone, or its part of a fleet-wide lane.
+    pub(super) part: Part,
+}
+
+/// This dispatcher's part of a lane the live dispatchers share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Part {
+    /// Dispatchers sharing the lane (at least 1).
+    pub(super) of: u32,
+    /// This dispatcher's place among them, 0-based.
+    pub(super) rank: u32,
+    /// Which dispatchers get the remainder: turns with the endpoint, so one dispatcher does not
+    /// take every small lane's odd slot.
+    pub(super) spin: u32,
+}
+
+impl Part {
+    /// The lane is this dispatcher's alone.
+    pub(super) const WHOLE: Self = Self {
+        of: 1,
+        rank: 0,
+        spin: 0,
+    };
+
+    /// This dispatcher's part of `n`: `n / of`, and one more for `n % of` of the dispatchers,
+    /// so the parts of every dispatcher add up to `n` exactly.
+    pub(super) fn of(self, n: u32) -> u32 {
+        let of = self.of.max(1);
+        let place = self.rank.wrapping_add(self.spin) % of;
+        n / of + u32::from(place < n % of)
+    }
 }
 
 /// How many of its due deliveries the next claim may take.
@@ -39,7 +73,8 @@ pub(super) enum Room {
 /// takes a full share and waits briefly at the lane; one slower than the deadline gets only its
 /// free slots, so it is not claimed just to be shed. Before any attempt the queue is one share.
 /// A rate-limited endpoint gets no more than its `turns`: its backlog is not claimed just to be
-/// held by the limit and requeued.
+/// held by the limit and requeued. A lane shared by the fleet gives this dispatcher its
+/// [`Part`] of slots and queue, against what this dispatcher alone has taken.
 pub(super) fn room(load: EndpointLoad, per_endpoint: u32, lane_deadline: Duration) -> Room {
     if load.held {
         return Room::Skip;
@@ -52,7 +87,8 @@ pub(super) fn room(load: EndpointLoad, per_endpoint: u32, lane_deadline: Duratio
             0
         }
     });
-    let free = load.lane.saturating_add(queue).saturating_sub(load.taken);
+    let mine = load.part.of(load.lane.saturating_add(queue));
+    let free = mine.saturating_sub(load.taken);
     let free = load.turns.map_or(free, |turns| free.min(turns));
     match free {
         0 => Room::Skip,
@@ -74,6 +110,7 @@ mod tests {
             service: service_ms.map(Duration::from_millis),
             taken,
             turns: None,
+            part: Part::WHOLE,
         }
     }
 
@@ -119,6 +156,46 @@ mod tests {
         assert_eq!(room(limited(3), 8, DEADLINE), Room::Up(3));
         assert_eq!(room(limited(0), 8, DEADLINE), Room::Skip);
         assert_eq!(room(limited(500), 8, DEADLINE), Room::Full);
+    }
+
+    /// Three dispatchers share a lane of 4 at 300 ms answers (queue 3): 7 split 3, 2, 2, the
+    /// odd slot turning with the endpoint; a part already taken leaves nothing.
+    #[test]
+    fn a_fleet_lane_is_split_over_its_dispatchers() {
+        let part = |rank, spin| EndpointLoad {
+            part: Part { of: 3, rank, spin },
+            ..load(4, Some(300), 0)
+        };
+        let rooms: Vec<Room> = (0..3)
+            .map(|rank| room(part(rank, 0), 8, DEADLINE))
+            .collect();
+        assert_eq!(rooms, [Room::Up(3), Room::Up(2), Room::Up(2)]);
+        let spun: Vec<Room> = (0..3)
+            .map(|rank| room(part(rank, 2), 8, DEADLINE))
+            .collect();
+        assert_eq!(spun, [Room::Up(2), Room::Up(3), Room::Up(2)]);
+        let taken = EndpointLoad {
+            taken: 2,
+            ..part(1, 0)
+        };
+        assert_eq!(room(taken, 8, DEADLINE), Room::Skip);
+    }
+
+    /// Whatever the lane, the dispatchers' parts add up to it, each within one of the others.
+    #[test]
+    fn parts_add_up_to_the_whole() {
+        for of in 1..=7 {
+            for n in 0..=40 {
+                for spin in 0..of {
+                    let parts: Vec<u32> =
+                        (0..of).map(|rank| Part { of, rank, spin }.of(n)).collect();
+                    assert_eq!(parts.iter().sum::<u32>(), n, "{n} over {of}");
+                    let (lo, hi) = (parts.iter().min(), parts.iter().max());
+                    assert!(hi.unwrap() - lo.unwrap() <= 1, "{parts:?}");
+                }
+            }
+        }
+        assert_eq!(Part::WHOLE.of(9), 9);
     }
 
     /// Never measured: its lane plus one share.

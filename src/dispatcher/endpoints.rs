@@ -79,6 +79,9 @@ pub(super) struct EndpointRuntime {
     pending: std::sync::atomic::AtomicU32,
     /// This process's fleet-wide admissions to the endpoint.
     pub(super) fleet: Arc<FleetCount>,
+    /// The same number on every dispatcher for this endpoint: which of them takes the odd slot of
+    /// a fleet-wide lane ([`super::claim::Part`]).
+    pub(super) spin: u32,
     state: Mutex<EndpointState>,
 }
 
@@ -238,6 +241,7 @@ impl Endpoints {
             tenant_id: endpoint.tenant_id.clone(),
             lane: Lane::new(),
             fleet: Arc::default(),
+            spin: spin(&endpoint.id),
             pending: std::sync::atomic::AtomicU32::new(0),
             state: Mutex::new(EndpointState {
                 target,
@@ -424,6 +428,14 @@ impl Drop for Pending {
             rt.pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
+}
+
+/// FNV-1a of an endpoint's id: stable across processes and builds (the standard hasher is
+/// seeded per process).
+fn spin(id: &str) -> u32 {
+    id.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 #[cfg(test)]

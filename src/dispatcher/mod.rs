@@ -136,6 +136,15 @@ impl Ctx {
                 service: s.service_ewma,
                 taken,
                 turns,
+                part: self
+                    .fleet
+                    .lanes
+                    .as_ref()
+                    .map_or(claim::Part::WHOLE, |l| claim::Part {
+                        of: l.live_dispatchers(),
+                        rank: l.rank(),
+                        spin: rt.spin,
+                    }),
             };
             drop(s);
             if taken > 0 {
