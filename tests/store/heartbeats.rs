@@ -20,6 +20,14 @@ fn beat(id: &str, at_ms: i64, in_flight: u32) -> Heartbeat {
             failed: u64::from(in_flight) * 10,
             shed: u64::from(in_flight),
         },
+        host_seconds: HostSeconds {
+            hosts: [
+                (format!("{id}.hooks.example"), f64::from(in_flight) * 1.25),
+                ("127.0.0.1".to_owned(), 0.001),
+            ]
+            .into(),
+            other: f64::from(in_flight) / 3.0,
+        },
     }
 }
 
