@@ -133,12 +133,15 @@ pub async fn show(
             .unwrap_or_default();
         named.push((tenant, name, age));
     }
-    let shares = match (&five, &now) {
-        (Some(a), Some(b)) => occupancy_shares(a, b),
-        _ => None,
+    // `measured` is false only when the store did not answer for one of the two readings;
+    // without a baseline yet (the process has just started) there is simply nothing yet.
+    let (measured, shares) = match (&five, &now) {
+        (Some(a), Some(b)) => match occupancy_shares(a, b) {
+            Some(shares) => (true, shares),
+            None => (false, HostShares::default()),
+        },
+        _ => (true, HostShares::default()),
     };
-    let measured = shares.is_some();
-    let shares = shares.unwrap_or_default();
     let share_rows: Vec<(String, f64)> = shares
         .hosts
         .iter()
