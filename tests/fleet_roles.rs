@@ -3,8 +3,8 @@
 //! on its own `--listen`, serving no API route); the API process, which runs no dispatcher,
 //! counts both dispatchers as current replicas from their heartbeats in `/v1/scale` and the
 //! `sluice_fleet_*` gauges; SIGTERM one and the count drops at once, with nothing left leased.
-//! The API process's operator console shows the fleet's deliveries, summed from the
-//! dispatchers' heartbeats.
+//! The API process's operator console shows the fleet's deliveries and its occupancy shares
+//! per destination host, summed from the dispatchers' heartbeats.
 
 #[path = "console/client.rs"]
 #[allow(dead_code)]
@@ -283,6 +283,165 @@ async fn the_api_process_console_shows_the_fleet_summed_from_heartbeats() {
     );
     assert!(
         page.contains("from the live dispatchers' heartbeats"),
+        "{page}"
+    );
+    d1.terminate();
+    d2.terminate();
+    api.terminate();
+}
+
+/// The console's "Hosts by occupancy share" rows: (host, share in %, worker-seconds).
+fn host_shares(page: &str) -> Vec<(String, f64, f64)> {
+    let Some(at) = page.find("<table class=\"cards\" id=\"hosts\">") else {
+        return Vec::new();
+    };
+    let table = &page[at..page[at..]
+        .find("</table>")
+        .map_or(page.len(), |end| at + end)];
+    let cell = |row: &str, label: &str| {
+        let start = format!("data-label=\"{label}\">");
+        let at = row.find(&start)? + start.len();
+        Some(row[at..].split('<').next()?.trim().to_owned())
+    };
+    table
+        .split("<tr")
+        .filter_map(|row| {
+            let host = cell(row, "Host")?;
+            let share = cell(row, "Share")?;
+            let seconds = cell(row, "Worker-seconds")?;
+            Some((
+                host,
+                share.strip_suffix(" %")?.parse().ok()?,
+                seconds.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// An API process runs no dispatcher, yet its operator console shows the fleet's occupancy
+/// shares per destination host: two dispatcher processes deliver to a slow receiver on
+/// 127.0.0.1 and a fast one on 127.0.0.2 (the `host` is the URL's host, without its port),
+/// their heartbeats carry their worker-seconds per host, and the page lists both hosts with
+/// shares that add up to 100 %, the slow one above the other and above the 15 % line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_process_console_shows_the_fleets_occupancy_shares_per_host() {
+    const N: u64 = 16;
+    let Some(db) = support::fresh_postgres().await else {
+        return;
+    };
+    let fleet = ["--database-url", &db, "--heartbeat-interval", "1s"];
+    let api = Process::start(&[&fleet[..], &["--role", "api"]].concat()).await;
+    let dispatcher = [&fleet[..], &["--role", "dispatcher"]].concat();
+    let d1 = Process::start(&dispatcher).await;
+    let d2 = Process::start(&dispatcher).await;
+    let c = Client::new(&api.base);
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            current_replicas(&c).await == Some(2)
+        })
+        .await,
+        "current_replicas {:?}",
+        current_replicas(&c).await
+    );
+
+    let slow = receiver::start(Behavior::Slow(Duration::from_millis(250)), false)
+        .await
+        .unwrap();
+    let fast = receiver::start_on("127.0.0.2:0".parse().unwrap(), Behavior::Fast, false)
+        .await
+        .unwrap();
+    let (_, token) = c.tenant("acme").await;
+    c.endpoint(&token, &slow.url(), json!({})).await;
+    c.endpoint(&token, &fast.url(), json!({})).await;
+    for n in 0..N {
+        c.send(&token, "order.paid", json!({ "n": n })).await;
+    }
+    let store = sluice::store::open(Some(&db), std::path::Path::new("."), Default::default())
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            let s = store.queue_stats(sluice::clock::now_ms()).await.unwrap();
+            s.delivered == 2 * N && s.ready == 0 && s.leased == 0
+        })
+        .await,
+        "{:?}",
+        store.queue_stats(sluice::clock::now_ms()).await.unwrap()
+    );
+    // The heartbeats carry the time: at least the slow receiver's 250 ms per delivery, over
+    // both dispatchers, and the fast receiver's named too.
+    let seconds = |host: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .heartbeats(0)
+                .await
+                .unwrap()
+                .iter()
+                .filter_map(|b| b.host_seconds.hosts.get(host))
+                .sum::<f64>()
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            seconds("127.0.0.1").await >= 0.25 * N as f64 && seconds("127.0.0.2").await > 0.0
+        })
+        .await,
+        "{:?}",
+        store.heartbeats(0).await.unwrap()
+    );
+
+    let admin = client::Client::new(&api.base);
+    let login = admin.get("/console/login").await;
+    assert_eq!(login.status, 200, "{}", login.body);
+    let done = admin
+        .submit("/console/login", &login, &[("token", support::ADMIN)])
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let shown = || async {
+        let page = admin.get("/console/admin/").await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        page.body
+    };
+    // Every delivery is done, so the heartbeats' figures stop growing; the API process's
+    // sampler has no reading five minutes old, so its window starts at its first reading,
+    // before the dispatchers started: the page's seconds per host are the two dispatchers'
+    // heartbeats added up (compared with the store's on each try, as both may still move).
+    let fleet_wide = || async {
+        let rows = host_shares(&shown().await);
+        let slow_seconds = seconds("127.0.0.1").await;
+        let at = |h: &str| rows.iter().find(|(host, _, _)| host == h);
+        at("127.0.0.2").is_some()
+            && at("127.0.0.1").is_some_and(|r| (r.2 - slow_seconds).abs() <= 0.06)
+    };
+    assert!(
+        eventually(Duration::from_secs(30), fleet_wide).await,
+        "the API process's console never showed both hosts, the slow one with the \
+         dispatchers' seconds added up: {} and {:?}",
+        shown().await,
+        store.heartbeats(0).await.unwrap()
+    );
+    let page = shown().await;
+    let rows = host_shares(&page);
+    let share = |h: &str| rows.iter().find(|(host, _, _)| host == h).map(|r| r.1);
+    let total: f64 = rows.iter().map(|(_, s, _)| s).sum();
+    assert!(
+        (total - 100.0).abs() <= 0.2,
+        "shares add up to 100 %: {rows:?}"
+    );
+    let (slow_share, fast_share) = (share("127.0.0.1").unwrap(), share("127.0.0.2").unwrap());
+    assert!(slow_share > fast_share, "{rows:?}");
+    assert!(slow_share > 15.0, "{rows:?}");
+    assert!(
+        page.contains("above 15 %"),
+        "the slow host is flagged: {page}"
+    );
+    assert!(
+        !page.contains("This process runs no dispatcher"),
+        "the shares are the fleet's, not this process's: {page}"
+    );
+    assert!(
+        page.contains("Occupancy shares are the whole fleet's too"),
         "{page}"
     );
     d1.terminate();

@@ -256,6 +256,8 @@ async fn check_backlog_served_fairly(store: SharedStore) {
     assert_eq!(old.len(), 1, "{old:?}");
     assert_eq!((old[0].id.as_str(), old[0].in_flight), ("dsp_old", 2));
     assert_eq!((old[0].tally, old[0].host.as_str()), (Tally::default(), ""));
+    // Nor any worker-seconds per host (the column came later still).
+    assert_eq!(old[0].host_seconds, HostSeconds::default());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

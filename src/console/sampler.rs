@@ -1,9 +1,9 @@
 //! Readings every [`INTERVAL`], kept for [`KEEP`], of this process's metrics and of the live
 //! dispatchers' heartbeats in the store. The dashboard's fleet rates and charts are differences
 //! between two readings of the heartbeats (see [`FleetRates`]), so an API process that runs no
-//! dispatcher shows the whole fleet's deliveries; the occupancy share per host is the growth of
-//! this process's `delivery_duration_seconds_sum{host}` over the last minutes divided by the
-//! growth of its sum over every host, the same arithmetic `sluice plan` does on two scrapes.
+//! dispatcher shows the whole fleet's deliveries; the occupancy share per host is, the same
+//! way, the growth of the dispatchers' worker-seconds per host (carried by their heartbeats)
+//! over the last minutes divided by the growth over every host (see [`HostShares`]).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
 use crate::plan::Scrape;
-use crate::sizing::fleet::FleetRates;
+use crate::sizing::fleet::{FleetRates, HostShares};
 use crate::store::{Heartbeat, SharedStore};
 
 /// Time between readings.
@@ -156,28 +156,14 @@ pub fn fleet_between(before: &Reading, after: &Reading) -> Option<FleetRates> {
     ))
 }
 
-/// Share of attempt-seconds per destination host between two readings, largest first: the
-/// growth of each host's `delivery_duration_seconds_sum` over the growth of all of them.
-pub fn occupancy_shares(before: &Reading, after: &Reading) -> Vec<(String, f64, f64)> {
-    let base = "delivery_duration_seconds";
-    let earlier = before.scrape.histograms(base, Some("host"));
-    let deltas: Vec<(String, f64)> = after
-        .scrape
-        .histograms(base, Some("host"))
-        .into_iter()
-        .map(|(host, h)| {
-            let d = h.delta(&earlier.get(&host).cloned().unwrap_or_default());
-            (host, d.sum.max(0.0))
-        })
-        .collect();
-    let total: f64 = deltas.iter().map(|(_, s)| s).sum();
-    let mut out: Vec<(String, f64, f64)> = deltas
-        .into_iter()
-        .filter(|(_, s)| *s > 0.0)
-        .map(|(host, s)| (host, s / total, s))
-        .collect();
-    out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    out
+/// The fleet's share of worker-seconds per destination host between two readings, from the
+/// live heartbeats in each (`None` when either reading has no heartbeats: the store did not
+/// answer then). See [`HostShares::between`].
+pub fn occupancy_shares(before: &Reading, after: &Reading) -> Option<HostShares> {
+    Some(HostShares::between(
+        before.fleet.as_deref()?,
+        after.fleet.as_deref()?,
+    ))
 }
 
 #[cfg(test)]
@@ -193,37 +179,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn shares_are_worker_seconds_per_host() {
-        let t0 = Instant::now();
-        let before = reading(
-            "delivery_duration_seconds_sum{host=\"a\"} 10\n\
-             delivery_duration_seconds_count{host=\"a\"} 10\n\
-             delivery_duration_seconds_sum{host=\"b\"} 5\n\
-             delivery_duration_seconds_count{host=\"b\"} 5\n",
-            t0,
-        );
-        let after = reading(
-            "delivery_duration_seconds_sum{host=\"a\"} 40\n\
-             delivery_duration_seconds_count{host=\"a\"} 20\n\
-             delivery_duration_seconds_sum{host=\"b\"} 15\n\
-             delivery_duration_seconds_count{host=\"b\"} 15\n\
-             delivery_duration_seconds_sum{host=\"c\"} 0\n\
-             delivery_duration_seconds_count{host=\"c\"} 0\n",
-            t0 + Duration::from_secs(10),
-        );
-        let shares = occupancy_shares(&before, &after);
-        assert_eq!(shares.len(), 2);
-        assert_eq!(shares[0].0, "a");
-        assert!((shares[0].1 - 0.75).abs() < 1e-9);
-        assert!((shares[1].1 - 0.25).abs() < 1e-9);
-    }
-
-    #[test]
-    fn fleet_rates_need_heartbeats_in_both_readings() {
-        let t0 = Instant::now();
-        let beat = |at_ms, delivered| Heartbeat {
-            id: "dsp_a".into(),
+    fn beat(id: &str, at_ms: i64, hosts: &[(&str, f64)]) -> Heartbeat {
+        Heartbeat {
+            id: id.into(),
             host: String::new(),
             started_at_ms: 0,
             beat_at_ms: at_ms,
@@ -233,10 +191,47 @@ mod tests {
             arrivals_per_s: 0.0,
             mean_service_s: 0.0,
             draining: false,
+            tally: crate::store::Tally::default(),
+            host_seconds: crate::store::HostSeconds {
+                hosts: hosts.iter().map(|(h, s)| ((*h).to_owned(), *s)).collect(),
+                other: 0.0,
+            },
+        }
+    }
+
+    #[test]
+    fn shares_are_the_fleets_worker_seconds_per_host() {
+        let t0 = Instant::now();
+        let with = |beats: Vec<Heartbeat>, at| Reading {
+            fleet: Some(beats.into()),
+            ..reading("", at)
+        };
+        let before = with(vec![beat("dsp_a", 10_000, &[("a", 10.0), ("b", 5.0)])], t0);
+        let after = with(
+            vec![
+                beat("dsp_a", 20_000, &[("a", 30.0), ("b", 10.0)]),
+                beat("dsp_b", 20_000, &[("a", 10.0), ("b", 5.0), ("c", 0.0)]),
+            ],
+            t0 + Duration::from_secs(10),
+        );
+        let shares = occupancy_shares(&before, &after).expect("both readings have heartbeats");
+        assert_eq!(shares.hosts.len(), 2, "{shares:?}");
+        assert_eq!(shares.hosts[0].0, "a");
+        assert!((shares.hosts[0].1 - 0.75).abs() < 1e-9, "{shares:?}");
+        assert!((shares.hosts[1].1 - 0.25).abs() < 1e-9, "{shares:?}");
+        assert!((shares.total_seconds - 40.0).abs() < 1e-9);
+        assert!(occupancy_shares(&reading("", t0), &after).is_none());
+    }
+
+    #[test]
+    fn fleet_rates_need_heartbeats_in_both_readings() {
+        let t0 = Instant::now();
+        let beat = |at_ms, delivered| Heartbeat {
             tally: crate::store::Tally {
                 delivered,
                 ..Default::default()
             },
+            ..beat("dsp_a", at_ms, &[])
         };
         let with = |beats: Vec<Heartbeat>, at| Reading {
             fleet: Some(beats.into()),

@@ -3,16 +3,19 @@
 //! process, an API-only one included, computes the fleet's scale signal from the live fleet
 //! without Redis. It also carries its [`Tally`] (delivered, failed, shed since it started),
 //! read from the counters the metrics already keep, so the operator console on any process
-//! shows the fleet's rates. At drain the row is marked draining at once (the dispatcher no longer counts
-//! as a replica) and deleted when the drain ends; rows of dispatchers that died without draining
-//! go stale (three intervals) and are purged after [`PURGE_AFTER_INTERVALS`].
+//! shows the fleet's rates, and its attempts' seconds per destination host since it started
+//! ([`HostSeconds`], the [`HostSeconds::TOP`] busiest hosts lately by name and the rest as
+//! other), so the console shows the fleet's occupancy shares. At drain the row is marked
+//! draining at once (the dispatcher no longer counts as a replica) and deleted when the drain
+//! ends; rows of dispatchers that died without draining go stale (three intervals) and are
+//! purged after [`PURGE_AFTER_INTERVALS`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::{Ctx, Look};
 use crate::metrics::Count;
-use crate::store::{Heartbeat, Tally};
+use crate::store::{Heartbeat, HostSeconds, Tally};
 
 /// Heartbeats older than this many intervals are deleted by whichever dispatcher beats next.
 pub(super) const PURGE_AFTER_INTERVALS: u32 = 60;
@@ -54,6 +57,7 @@ impl Ctx {
             mean_service_s: load.mean_service_s,
             draining,
             tally: self.tally(),
+            host_seconds: self.metrics.host_time.heartbeat(HostSeconds::TOP),
         }
     }
 

@@ -280,6 +280,7 @@ fn observe(
             host: host.to_owned(),
         })
         .observe(report.duration.as_secs_f64());
+    m.host_time.add(host, report.duration);
     if let Err(f) = &report.result {
         m.attempt_errors
             .get_or_create(&ErrorKindLabel {

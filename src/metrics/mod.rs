@@ -17,9 +17,11 @@
 //!
 //! # Layout
 //! - [`endpoints`]: the per-endpoint counters and gauges and the top-N rule.
+//! - [`hosts`]: each destination host's attempt time since the start, for the heartbeat.
 //! - [`process`]: `process_*` from `/proc/self`.
 
 pub mod endpoints;
+pub mod hosts;
 pub mod process;
 
 use std::sync::Arc;
@@ -210,6 +212,9 @@ pub struct Metrics {
     pub attempt_errors: Family<ErrorKindLabel, Counter>,
     /// Attempt duration per destination host (for the occupancy-share query).
     pub delivery_duration: Family<HostLabel, Histogram>,
+    /// The same durations added up per host since the start (not exported: the heartbeat
+    /// carries them).
+    pub host_time: hosts::HostTime,
     /// Message accepted → delivered.
     pub end_to_end_seconds: Histogram,
     /// One claim: the store call that leases a batch, from request to answer.
@@ -314,6 +319,7 @@ impl Metrics {
             phase_seconds,
             attempt_errors,
             delivery_duration,
+            host_time: hosts::HostTime::default(),
             end_to_end_seconds: latency_histogram(),
             // 0.1 ms to 6.5 s, doubling: fine enough to tell a claim's p99 from its p50.
             claim_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),

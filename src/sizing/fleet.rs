@@ -1,11 +1,14 @@
 //! The live fleet as the dispatchers' heartbeats describe it: how many replicas run (fresh,
 //! not draining), and their load added up, for the scale signal and `sluice plan` on any
 //! process; and what they have done ([`FleetTotals`]) and how fast ([`FleetRates`]), for the
-//! operator console on any process.
+//! operator console on any process; and where the fleet's worker-seconds went, host by host
+//! ([`HostShares`]), for the console's occupancy shares on any process.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::store::{Heartbeat, Tally};
+use crate::store::{Heartbeat, HostSeconds, Tally};
 
 /// The fleet's figures from its fresh heartbeats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -174,6 +177,111 @@ impl FleetRates {
     }
 }
 
+/// Two figures of time this close are the same (sums of the same microseconds in another
+/// order differ in their last bits).
+const SECONDS_EPSILON: f64 = 1e-6;
+
+/// The fleet's worker-seconds per destination host between two readings of the live
+/// heartbeats, and each host's share of them, from each dispatcher's cumulative
+/// [`HostSeconds`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct HostShares {
+    /// Hosts with time in the window: (host, share 0-1, seconds), largest share first.
+    pub hosts: Vec<(String, f64, f64)>,
+    /// Seconds of hosts no dispatcher named (each names its busiest [`HostSeconds::TOP`]).
+    pub other_seconds: f64,
+    /// Every host's seconds, the named ones and the others: the shares' denominator.
+    pub total_seconds: f64,
+}
+
+impl HostShares {
+    /// One dispatcher's seconds per host from an earlier heartbeat of it (`None`: it was not
+    /// live then) to a later one. A dispatcher new since `before`, or one that restarted
+    /// (another start, or a figure that went down), counts from its start, as its
+    /// [`Rates`] do. A host named in both heartbeats grew by the difference; a host named only
+    /// in the later one (it joined the busiest, so its time before was in `other` or none) is
+    /// credited with its time since the start, at most what the hosts named both times leave
+    /// of the dispatcher's growth; whatever remains is `other`. The figures always add up to
+    /// the dispatcher's whole growth.
+    pub fn of_dispatcher(before: Option<&Heartbeat>, after: &Heartbeat) -> HostSeconds {
+        let now = &after.host_seconds;
+        let continued = before.filter(|b| {
+            b.id == after.id
+                && b.started_at_ms == after.started_at_ms
+                && b.tally.delivered <= after.tally.delivered
+                && b.tally.failed <= after.tally.failed
+                && b.tally.shed <= after.tally.shed
+                && b.host_seconds.total() <= now.total() + SECONDS_EPSILON
+        });
+        let Some(then) = continued.map(|b| &b.host_seconds) else {
+            return now.clone();
+        };
+        let mut grown = HostSeconds::default();
+        let mut rest = (now.total() - then.total()).max(0.0);
+        for (host, seconds) in &now.hosts {
+            if let Some(was) = then.hosts.get(host) {
+                let d = (seconds - was).max(0.0);
+                rest -= d;
+                grown.hosts.insert(host.clone(), d);
+            }
+        }
+        rest = rest.max(0.0);
+        let mut joined: Vec<(&String, f64)> = now
+            .hosts
+            .iter()
+            .filter(|(host, _)| !then.hosts.contains_key(*host))
+            .map(|(host, seconds)| (host, *seconds))
+            .collect();
+        joined.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        for (host, seconds) in joined {
+            let d = seconds.min(rest);
+            rest -= d;
+            grown.hosts.insert(host.clone(), d);
+        }
+        grown.other = rest.max(0.0);
+        grown
+    }
+
+    /// The shares from `before` to `after`: only dispatchers live in `after` count (one that
+    /// stopped since drops out, with what it did in the window), each from its own earlier
+    /// beat, or from its start when it is new or restarted; their seconds are added up per
+    /// host across the fleet.
+    pub fn between(before: &[Heartbeat], after: &[Heartbeat]) -> HostShares {
+        let mut per_host: BTreeMap<String, f64> = BTreeMap::new();
+        let mut other = 0.0;
+        for h in after {
+            let earlier = before.iter().find(|b| b.id == h.id);
+            let grown = Self::of_dispatcher(earlier, h);
+            for (host, seconds) in grown.hosts {
+                *per_host.entry(host).or_default() += seconds;
+            }
+            other += grown.other;
+        }
+        let total = per_host.values().sum::<f64>() + other;
+        let mut hosts: Vec<(String, f64, f64)> = per_host
+            .into_iter()
+            .filter(|(_, s)| *s > SECONDS_EPSILON)
+            .map(|(host, s)| (host, s / total, s))
+            .collect();
+        hosts.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let other_seconds = if other > SECONDS_EPSILON { other } else { 0.0 };
+        HostShares {
+            hosts,
+            other_seconds,
+            total_seconds: if total > SECONDS_EPSILON { total } else { 0.0 },
+        }
+    }
+
+    /// The share of the hosts no dispatcher named (0 without any time).
+    pub fn other_share(&self) -> f64 {
+        if self.total_seconds > 0.0 {
+            self.other_seconds / self.total_seconds
+        } else {
+            0.0
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,7 +299,27 @@ mod tests {
             mean_service_s: mean,
             draining,
             tally: Tally::default(),
+            host_seconds: HostSeconds::default(),
         }
+    }
+
+    /// Dispatcher `id`, started at `started_at_ms`, beating at 10 s with these seconds.
+    fn timed(id: &str, started_at_ms: i64, hosts: &[(&str, f64)], other: f64) -> Heartbeat {
+        Heartbeat {
+            started_at_ms,
+            host_seconds: HostSeconds {
+                hosts: hosts.iter().map(|(h, s)| ((*h).to_owned(), *s)).collect(),
+                other,
+            },
+            ..beat(id, 10_000, 0.0, 0.0, false)
+        }
+    }
+
+    fn share_of(s: &HostShares, host: &str) -> Option<(f64, f64)> {
+        s.hosts
+            .iter()
+            .find(|(h, _, _)| h == host)
+            .map(|(_, share, seconds)| (*share, *seconds))
     }
 
     /// Dispatcher `id`, started at 0, beating at `at_ms` with these counts.
@@ -325,5 +453,95 @@ mod tests {
             ..counted("c", 10_000, 0, 0, 0)
         };
         assert_eq!(Rates::of_dispatcher(None, &start), None);
+    }
+
+    #[test]
+    fn host_shares_add_up_each_dispatchers_growth() {
+        let before = [
+            timed("a", 0, &[("slow", 100.0), ("fast", 10.0)], 0.0),
+            timed("b", 0, &[("slow", 50.0)], 0.0),
+        ];
+        let after = [
+            timed("a", 0, &[("slow", 160.0), ("fast", 20.0)], 0.0),
+            timed("b", 0, &[("slow", 70.0), ("fast", 10.0)], 0.0),
+        ];
+        let s = HostShares::between(&before, &after);
+        // slow: 60 + 20, fast: 10 + 10 (b's first time at fast): 100 seconds in all.
+        assert!(close(s.total_seconds, 100.0), "{s:?}");
+        assert_eq!(s.hosts[0].0, "slow");
+        let (share, seconds) = share_of(&s, "slow").unwrap();
+        assert!(close(share, 0.8) && close(seconds, 80.0), "{s:?}");
+        let (share, seconds) = share_of(&s, "fast").unwrap();
+        assert!(close(share, 0.2) && close(seconds, 20.0), "{s:?}");
+        assert_eq!(s.other_seconds, 0.0);
+        // No growth: no hosts, no shares.
+        let none = HostShares::between(&after, &after);
+        assert!(
+            none.hosts.is_empty() && none.total_seconds == 0.0,
+            "{none:?}"
+        );
+        assert_eq!(none.other_share(), 0.0);
+    }
+
+    #[test]
+    fn host_shares_of_a_restarted_dispatcher_count_from_its_start() {
+        let before = [timed("a", 0, &[("x", 500.0), ("y", 500.0)], 0.0)];
+        // The same id, lower figures: it restarted, and everything it reports is new.
+        let after = [timed("a", 0, &[("x", 3.0), ("y", 1.0)], 0.0)];
+        let s = HostShares::between(&before, &after);
+        assert!(close(s.total_seconds, 4.0), "{s:?}");
+        assert!(close(share_of(&s, "x").unwrap().0, 0.75), "{s:?}");
+        // Another start with higher figures is a restart all the same.
+        let again = [timed("a", 5_000, &[("x", 600.0), ("y", 600.0)], 0.0)];
+        let s = HostShares::between(&before, &again);
+        assert!(close(s.total_seconds, 1200.0), "{s:?}");
+        // A dispatcher new since the earlier reading counts from its start too.
+        let s = HostShares::between(&[], &after);
+        assert!(close(s.total_seconds, 4.0), "{s:?}");
+    }
+
+    #[test]
+    fn host_shares_leave_out_a_dispatcher_that_stopped() {
+        let before = [
+            timed("a", 0, &[("x", 10.0)], 0.0),
+            timed("b", 0, &[("y", 900.0)], 0.0),
+        ];
+        let after = [timed("a", 0, &[("x", 30.0), ("y", 10.0)], 0.0)];
+        let s = HostShares::between(&before, &after);
+        assert!(close(s.total_seconds, 30.0), "only a's growth: {s:?}");
+        assert!(close(share_of(&s, "x").unwrap().1, 20.0), "{s:?}");
+        assert!(close(share_of(&s, "y").unwrap().1, 10.0), "{s:?}");
+    }
+
+    #[test]
+    fn host_shares_keep_the_total_when_hosts_join_or_leave_the_named_ones() {
+        // Before: x and y named, z's 40 s in other. After: z joined the busiest (all its 70 s
+        // since the start named), y left for other (its 25 s there with w's 45 s).
+        let before = [timed("a", 0, &[("x", 100.0), ("y", 20.0)], 40.0)];
+        let after = [timed("a", 0, &[("x", 130.0), ("z", 70.0)], 70.0)];
+        let g = HostShares::of_dispatcher(Some(&before[0]), &after[0]);
+        // Growth: 270 - 160 = 110; x grew 30, so z is credited at most the 80 left: 70, all of
+        // it (its 40 s before are not known to the reader), and other the 10 that remain.
+        assert!(close(g.total(), 110.0), "{g:?}");
+        assert!(
+            close(g.hosts["x"], 30.0) && close(g.hosts["z"], 70.0),
+            "{g:?}"
+        );
+        assert!(close(g.other, 10.0), "{g:?}");
+        // A host that joins with more than the growth left is credited only that much.
+        let big = [timed("a", 0, &[("x", 130.0), ("z", 200.0)], 0.0)];
+        let before_big = [timed("a", 0, &[("x", 100.0)], 180.0)];
+        let g = HostShares::of_dispatcher(Some(&before_big[0]), &big[0]);
+        assert!(
+            close(g.hosts["x"], 30.0) && close(g.hosts["z"], 20.0),
+            "{g:?}"
+        );
+        assert!(close(g.other, 0.0) && close(g.total(), 50.0), "{g:?}");
+        // Across the fleet, other hosts' time is in the denominator but not listed.
+        let s = HostShares::between(&before, &after);
+        assert!(close(s.total_seconds, 110.0), "{s:?}");
+        assert!(close(s.other_seconds, 10.0) && close(s.other_share(), 10.0 / 110.0));
+        let listed: f64 = s.hosts.iter().map(|(_, share, _)| share).sum();
+        assert!(close(listed + s.other_share(), 1.0), "{s:?}");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::fairness::SharePolicy;
 
@@ -670,6 +670,51 @@ pub struct Heartbeat {
     pub draining: bool,
     /// What it has done since it started, for fleet-wide rates on any process.
     pub tally: Tally,
+    /// Its attempts' seconds per destination host since it started, for fleet-wide
+    /// occupancy shares on any process.
+    pub host_seconds: HostSeconds,
+}
+
+/// A dispatcher's worker-seconds (attempt durations added up) per destination host since it
+/// started, carried by its heartbeat and stored as JSON text (`{"hosts":{…},"other":…}`).
+/// Bounded: at most [`HostSeconds::TOP`] hosts by name, the ones busiest lately, and every
+/// other host's seconds in `other`, so the sum is always the dispatcher's whole time. A named
+/// host's figure is its whole time since the start, whenever it joined the named ones; like
+/// the [`Tally`], every figure starts at 0 with the process. See
+/// [`crate::sizing::fleet::HostShares`] for how a reader takes shares from two of them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostSeconds {
+    /// Seconds per named host.
+    #[serde(default)]
+    pub hosts: BTreeMap<String, f64>,
+    /// Seconds of every host not named.
+    #[serde(default)]
+    pub other: f64,
+}
+
+impl HostSeconds {
+    /// Hosts named in one heartbeat at most.
+    pub const TOP: usize = 32;
+
+    /// Every host's seconds, the named ones and the others.
+    pub fn total(&self) -> f64 {
+        self.hosts.values().sum::<f64>() + self.other
+    }
+
+    /// As stored: JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
+    }
+
+    /// From the stored text; text that does not parse (never written by sluice) reads as none,
+    /// as a dispatcher that has just started.
+    pub fn from_json(text: &str) -> HostSeconds {
+        let mut read: HostSeconds = serde_json::from_str(text).unwrap_or_default();
+        let clean = |v: f64| if v.is_finite() { v.max(0.0) } else { 0.0 };
+        read.hosts.values_mut().for_each(|v| *v = clean(*v));
+        read.other = clean(read.other);
+        read
+    }
 }
 
 /// A dispatcher's cumulative counts since it started, carried by its heartbeat: a reader takes

@@ -43,6 +43,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (10, include_str!("sql/postgres_010_endpoint_rate_limit.sql")),
     (11, include_str!("sql/postgres_011_heartbeat_tally.sql")),
     (12, include_str!("sql/postgres_012_endpoint_ordering.sql")),
+    (
+        13,
+        include_str!("sql/postgres_013_heartbeat_host_seconds.sql"),
+    ),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

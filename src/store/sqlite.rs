@@ -38,6 +38,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("sql/sqlite_008_endpoint_rate_limit.sql")),
     (9, include_str!("sql/sqlite_009_heartbeat_tally.sql")),
     (10, include_str!("sql/sqlite_010_endpoint_ordering.sql")),
+    (
+        11,
+        include_str!("sql/sqlite_011_heartbeat_host_seconds.sql"),
+    ),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.

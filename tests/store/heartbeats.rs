@@ -20,6 +20,14 @@ fn beat(id: &str, at_ms: i64, in_flight: u32) -> Heartbeat {
             failed: u64::from(in_flight) * 10,
             shed: u64::from(in_flight),
         },
+        host_seconds: HostSeconds {
+            hosts: [
+                (format!("{id}.hooks.example"), f64::from(in_flight) * 1.25),
+                ("127.0.0.1".to_owned(), 0.001),
+            ]
+            .into(),
+            other: f64::from(in_flight) / 3.0,
+        },
     }
 }
 
@@ -69,6 +77,15 @@ async fn check_heartbeats_upsert_read_and_forget(store: SharedStore) {
     store.beat(&busy).await.unwrap();
     let read = store.heartbeats(now - 600).await.unwrap();
     assert_eq!(read[1], busy);
+    // So are the seconds per host: the newest set of named hosts, not merged with the last.
+    assert_eq!(a.host_seconds.hosts["dsp_a.hooks.example"], 8.75);
+    busy.host_seconds = HostSeconds {
+        hosts: [("hot.hooks.example".to_owned(), 86_400.5)].into(),
+        other: 1e-6,
+    };
+    store.beat(&busy).await.unwrap();
+    let read = store.heartbeats(now - 600).await.unwrap();
+    assert_eq!(read[1].host_seconds, busy.host_seconds);
 
     // Stale rows are not read.
     assert_eq!(store.heartbeats(now - 700).await.unwrap().len(), 2);

@@ -4,10 +4,10 @@
 //! the top destination hosts by occupancy share over the last minutes with the 15 % alert line
 //! (one host holding more than that share of the worker-seconds is worth a look).
 //!
-//! Rates, counts and in-flight are the whole fleet's, from the live dispatchers' heartbeats in
-//! the store, so an API process that runs no dispatcher shows them too. Occupancy shares are
-//! this process's own measurement (its dispatcher, if it runs one): heartbeats do not carry
-//! per-host time, and Prometheus sums `delivery_duration_seconds` across the fleet.
+//! Rates, counts, in-flight and occupancy shares are the whole fleet's, from the live
+//! dispatchers' heartbeats in the store, so an API process that runs no dispatcher shows them
+//! too: each heartbeat carries its dispatcher's counts and its worker-seconds per destination
+//! host since it started (its [`HOST_TOP`] busiest hosts by name, the rest as other hosts).
 
 use std::time::Duration;
 
@@ -19,7 +19,11 @@ use crate::console::Console;
 use crate::console::charts::{self, Series};
 use crate::console::page::{self, ConsoleError};
 use crate::console::sampler::{Reading, fleet_between, occupancy_shares};
-use crate::sizing::fleet::Rates;
+use crate::sizing::fleet::{HostShares, Rates};
+use crate::store::HostSeconds;
+
+/// Hosts each heartbeat names; the rest are "other hosts".
+pub const HOST_TOP: usize = HostSeconds::TOP;
 
 /// A host above this share of the worker-seconds is worth a look (the alert threshold).
 pub const OCCUPANCY_THRESHOLD: f64 = 0.15;
@@ -67,6 +71,27 @@ fn rates_chart(readings: &[Reading]) -> Markup {
     )
 }
 
+/// The hosts with the largest shares, then the hosts no heartbeat named, in one row.
+fn hosts_table(shares: &HostShares) -> Markup {
+    html! {
+        table.cards id="hosts" {
+            thead { tr { th { "Host" } th.num { "Share" } th.num { "Worker-seconds" } } }
+            tbody {
+                @for (host, share, seconds) in shares.hosts.iter().take(TOP) { tr {
+                    td data-label="Host" { (host) @if *share > OCCUPANCY_THRESHOLD { " " span.badge.bad { "above 15 %" } } }
+                    td.num data-label="Share" { (page::pct(*share)) }
+                    td.num data-label="Worker-seconds" { (format!("{seconds:.1}")) }
+                } }
+                @if shares.other_seconds > 0.0 { tr.muted {
+                    td data-label="Host" { "other hosts (not among a dispatcher's " (HOST_TOP) " busiest)" }
+                    td.num data-label="Share" { (page::pct(shares.other_share())) }
+                    td.num data-label="Worker-seconds" { (format!("{:.1}", shares.other_seconds)) }
+                } }
+            }
+        }
+    }
+}
+
 /// `GET /console/admin/`
 pub async fn show(
     State(console): State<Console>,
@@ -108,11 +133,17 @@ pub async fn show(
             .unwrap_or_default();
         named.push((tenant, name, age));
     }
-    let shares = match (&five, &now) {
-        (Some(a), Some(b)) => occupancy_shares(a, b),
-        _ => Vec::new(),
+    // `measured` is false only when the store did not answer for one of the two readings;
+    // without a baseline yet (the process has just started) there is simply nothing yet.
+    let (measured, shares) = match (&five, &now) {
+        (Some(a), Some(b)) => match occupancy_shares(a, b) {
+            Some(shares) => (true, shares),
+            None => (false, HostShares::default()),
+        },
+        _ => (true, HostShares::default()),
     };
     let share_rows: Vec<(String, f64)> = shares
+        .hosts
         .iter()
         .take(TOP)
         .map(|(h, s, _)| (h.clone(), *s))
@@ -162,20 +193,12 @@ pub async fn show(
             }
             section {
                 h2 { "Hosts by occupancy share" }
-                @if shares.is_empty() && app.dispatcher.is_none() {
-                    p.muted { "This process runs no dispatcher: shares are measured by each dispatcher (its "
-                        code { "delivery_duration_seconds{host}" } ")." }
+                @if !measured { p.muted { "The store did not answer: no shares this time." } }
+                @else if shares.total_seconds <= 0.0 {
+                    p.muted { "No attempts by the live dispatchers in this window yet." }
                 }
-                @else if shares.is_empty() { p.muted { "No attempts measured in this window yet." } }
                 @else {
-                    table.cards id="hosts" {
-                        thead { tr { th { "Host" } th.num { "Share" } th.num { "Worker-seconds" } } }
-                        tbody { @for (host, share, seconds) in shares.iter().take(TOP) { tr {
-                            td data-label="Host" { (host) @if *share > OCCUPANCY_THRESHOLD { " " span.badge.bad { "above 15 %" } } }
-                            td.num data-label="Share" { (page::pct(*share)) }
-                            td.num data-label="Worker-seconds" { (format!("{seconds:.1}")) }
-                        } } }
-                    }
+                    (hosts_table(&shares))
                 }
             }
         }
@@ -184,8 +207,12 @@ pub async fn show(
             ") carries its dispatcher's counts since it started, and a rate is their growth over that \
             dispatcher's own interval between beats, added up over the dispatchers live now (one that \
             stopped drops out, one that restarted counts from its start), so the figures trail by up to \
-            one heartbeat. Occupancy shares are measured by this process's own dispatcher only; \
-            Prometheus sums the same series across the fleet. Readings every 10 s, kept 15 min." }
+            one heartbeat. Occupancy shares are the whole fleet's too: each heartbeat also carries \
+            its dispatcher's worker-seconds per destination host since it started (its " (HOST_TOP) " \
+            busiest hosts lately by name, the rest as other hosts), and a host's share is its \
+            growth over the last 5 minutes, added up over the live dispatchers, divided by the \
+            growth over every host; they trail by up to one heartbeat too. Readings every 10 s, \
+            kept 15 min." }
     };
     Ok(operator.page("Fleet", body))
 }

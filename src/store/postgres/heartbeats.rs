@@ -3,24 +3,25 @@
 use deadpool_postgres::GenericClient;
 
 use super::pg;
-use crate::store::{Heartbeat, StoreResult, Tally};
+use crate::store::{Heartbeat, HostSeconds, StoreResult, Tally};
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
      concurrency, capacity, arrivals_per_s, mean_service_s, draining, backend_pid, \
-     delivered, failed, shed, host) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+     delivered, failed, shed, host, host_seconds) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
      ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
      in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
      capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
      mean_service_s = excluded.mean_service_s, draining = excluded.draining, \
      backend_pid = excluded.backend_pid, delivered = excluded.delivered, \
-     failed = excluded.failed, shed = excluded.shed, host = excluded.host";
+     failed = excluded.failed, shed = excluded.shed, host = excluded.host, \
+     host_seconds = excluded.host_seconds";
 
 /// Fresh heartbeats of processes still alive: a heartbeat naming a backend that PostgreSQL no
 /// longer has (its process died, closing its connections) is not counted, however young.
 const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
-     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host FROM dispatchers \
-     WHERE beat_at_ms >= $1 \
+     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host, host_seconds \
+     FROM dispatchers WHERE beat_at_ms >= $1 \
      AND (backend_pid IS NULL OR backend_pid IN (SELECT pid FROM pg_stat_activity)) \
      ORDER BY id";
 
@@ -47,6 +48,7 @@ pub(super) async fn beat(
             &count(h.tally.failed),
             &count(h.tally.shed),
             &h.host,
+            &h.host_seconds.to_json(),
         ],
     )
     .await
@@ -76,6 +78,7 @@ pub(super) async fn since(c: &impl GenericClient, since_ms: i64) -> StoreResult<
                 shed: tally(r.get(11)),
             },
             host: r.get(12),
+            host_seconds: HostSeconds::from_json(r.get(13)),
         })
         .collect())
 }

@@ -4,21 +4,21 @@
 use rusqlite::{Connection, params};
 
 use super::db;
-use crate::store::{Heartbeat, StoreResult, Tally};
+use crate::store::{Heartbeat, HostSeconds, StoreResult, Tally};
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
      concurrency, capacity, arrivals_per_s, mean_service_s, draining, delivered, failed, shed, \
-     host) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+     host, host_seconds) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
      ON CONFLICT (id) DO UPDATE SET beat_at_ms = excluded.beat_at_ms, \
      in_flight = excluded.in_flight, concurrency = excluded.concurrency, \
      capacity = excluded.capacity, arrivals_per_s = excluded.arrivals_per_s, \
      mean_service_s = excluded.mean_service_s, draining = excluded.draining, \
      delivered = excluded.delivered, failed = excluded.failed, shed = excluded.shed, \
-     host = excluded.host";
+     host = excluded.host, host_seconds = excluded.host_seconds";
 
 const SINCE: &str = "SELECT id, started_at_ms, beat_at_ms, in_flight, concurrency, capacity, \
-     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host FROM dispatchers \
-     WHERE beat_at_ms >= ?1 ORDER BY id";
+     arrivals_per_s, mean_service_s, draining, delivered, failed, shed, host, host_seconds \
+     FROM dispatchers WHERE beat_at_ms >= ?1 ORDER BY id";
 
 fn finite(v: f64) -> f64 {
     if v.is_finite() { v.max(0.0) } else { 0.0 }
@@ -50,6 +50,7 @@ pub(super) fn beat(c: &Connection, h: &Heartbeat) -> StoreResult<()> {
             count(h.tally.failed),
             count(h.tally.shed),
             h.host,
+            h.host_seconds.to_json(),
         ],
     )
     .map_err(db)?;
@@ -76,6 +77,7 @@ pub(super) fn since(c: &Connection, since_ms: i64) -> StoreResult<Vec<Heartbeat>
                     shed: tally(r.get(11)?),
                 },
                 host: r.get(12)?,
+                host_seconds: HostSeconds::from_json(&r.get::<_, String>(13)?),
             })
         })
         .map_err(db)?;
