@@ -117,6 +117,8 @@ pub(crate) struct Arrival {
     pub(crate) webhook_id: String,
     /// Seconds since the load started.
     pub(crate) at_s: f64,
+    /// Seconds since the producer stamped the payload (enqueue → this request).
+    pub(crate) took_s: Option<f64>,
 }
 
 /// Every request the receivers saw, and their timeline.
@@ -174,6 +176,7 @@ impl Observer for Recorder {
                 key,
                 webhook_id,
                 at_s,
+                took_s: sent_at_us(body).map(|sent| now_us().saturating_sub(sent) as f64 / 1e6),
             });
     }
 
@@ -1479,6 +1482,7 @@ mod tests {
             key: (c, seq),
             webhook_id: id.into(),
             at_s,
+            took_s: None,
         }
     }
 

@@ -1149,6 +1149,46 @@ fn figures(
         Some(wrong_id as f64),
         "",
     );
+    // Where the time went for the slowest deliveries.
+    let slow_requests = |group_of: &dyn Fn(u64) -> bool, over_s: f64| {
+        seen.arrivals
+            .iter()
+            .filter(|a| group_of(a.key.0) && a.took_s.is_some_and(|t| t > over_s))
+            .count() as f64
+    };
+    let slow_customer = sizes.healthy as u64;
+    report.figure(
+        "healthy_over_5s",
+        "healthy requests more than 5 s after their POST",
+        Some(slow_requests(&|c| c != slow_customer, 5.0)),
+        "",
+    );
+    report.figure(
+        "slow_over_5s",
+        "slow endpoint's requests more than 5 s after their POST",
+        Some(slow_requests(&|c| c == slow_customer, 5.0)),
+        "",
+    );
+    let last = |slow: bool| {
+        seen.arrivals
+            .iter()
+            .filter(|a| (a.key.0 == slow_customer) == slow)
+            .map(|a| a.at_s)
+            .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.max(t))))
+            .map(|t| round(t - seen.load_end_s))
+    };
+    report.figure(
+        "healthy_last_after_load_s",
+        "last healthy request, after the load stopped",
+        last(false),
+        "s",
+    );
+    report.figure(
+        "slow_last_after_load_s",
+        "last request to the slow endpoint, after the load stopped",
+        last(true),
+        "s",
+    );
     report.figure(
         "attempted_more_than_once",
         "deliveries attempted more than once (store)",
@@ -1442,6 +1482,7 @@ mod tests {
             key: (c, seq),
             webhook_id: id.into(),
             at_s,
+            took_s: None,
         }
     }
 
