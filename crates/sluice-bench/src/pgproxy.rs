@@ -263,6 +263,63 @@ mod tests {
         assert_eq!(roundtrip(&mut after, b"up").await, b"up");
     }
 
+    /// The test PostgreSQL, or `None` (skipped) unless `SLUICE_REQUIRE_SERVICES` is set.
+    fn test_database() -> Option<String> {
+        match std::env::var("SLUICE_TEST_DATABASE_URL") {
+            Ok(url) => Some(url),
+            Err(_) if std::env::var_os("SLUICE_REQUIRE_SERVICES").is_some() => {
+                panic!("SLUICE_TEST_DATABASE_URL is required")
+            }
+            Err(_) => {
+                eprintln!("skipped: SLUICE_TEST_DATABASE_URL is not set");
+                None
+            }
+        }
+    }
+
+    async fn connect(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(conn);
+        Ok(client)
+    }
+
+    #[tokio::test]
+    async fn in_front_of_postgresql() {
+        let Some(direct) = test_database() else {
+            return;
+        };
+        let proxy = Proxy::start(upstream_of(&direct).await.unwrap())
+            .await
+            .unwrap();
+        let url = proxy.url_for(&direct).unwrap();
+        let client = Arc::new(connect(&url).await.unwrap());
+        let one = |c: Arc<tokio_postgres::Client>| async move {
+            c.query_one("SELECT 1::INT4", &[])
+                .await
+                .map(|r| r.get::<_, i32>(0))
+        };
+        assert_eq!(one(client.clone()).await.unwrap(), 1);
+
+        // Frozen: a query gets no answer until the thaw, then its answer.
+        proxy.set_frozen(true);
+        let mut pending = tokio::spawn(one(client.clone()));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut pending)
+                .await
+                .is_err()
+        );
+        proxy.set_frozen(false);
+        assert_eq!(pending.await.unwrap().unwrap(), 1);
+
+        // Down: the open connection breaks and a new one is refused; up: it connects again.
+        proxy.set_down(true);
+        assert!(one(client.clone()).await.is_err());
+        assert!(connect(&url).await.is_err());
+        proxy.set_down(false);
+        let again = Arc::new(connect(&url).await.unwrap());
+        assert_eq!(one(again).await.unwrap(), 1);
+    }
+
     #[tokio::test]
     async fn rewrites_the_database_url() {
         let proxy = Proxy::start(echo().await).await.unwrap();
