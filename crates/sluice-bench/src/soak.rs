@@ -315,6 +315,14 @@ fn tail(p99: &[Option<f64>], end_s: f64, until_s: f64, threshold_ms: f64) -> Opt
     back.map(|i| (i as f64 - end_s).max(0.0))
 }
 
+/// The sum of `webhook_deliveries_shed_total` over its series in a `/metrics` text.
+fn shed_in(text: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with("webhook_deliveries_shed_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// What the deliveries say about duplicates.
 #[derive(Debug, Default, PartialEq)]
 struct Duplicates {
@@ -418,6 +426,9 @@ struct Rig {
     proxy: Proxy,
     timeline: Arc<Timeline>,
     exits: Vec<Exit>,
+    /// Deliveries shed at a full lane (and requeued), summed over the dispatchers' `/metrics`
+    /// read just before each is stopped or killed and at the end.
+    shed: f64,
 }
 
 impl Rig {
@@ -495,6 +506,26 @@ impl Rig {
         self.idle_until(Instant::now() + d).await
     }
 
+    /// Add what slot `i`'s dispatcher shed since its start (its `/metrics`) to the total.
+    async fn count_shed(&mut self, i: usize) {
+        let url = format!("http://127.0.0.1:{}/metrics", self.slots[i].port);
+        let read = async {
+            let text = self
+                .http
+                .get(&url)
+                .bearer_auth(&self.fleet.admin_token)
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            Some(shed_in(&text))
+        };
+        self.shed += read.await.unwrap_or(0.0);
+    }
+
     /// Run one fault; returns it without `until_s` (set by the caller).
     async fn inflict(&mut self, p: &Planned) -> anyhow::Result<Done> {
         let hold = Duration::from_secs_f64(p.hold_s);
@@ -507,6 +538,9 @@ impl Rig {
                 } else {
                     1 + p.target
                 };
+                if i > 0 {
+                    self.count_shed(i).await;
+                }
                 if let Some(mut proc) = self.slots[i].proc.take() {
                     proc.kill9().await?;
                 }
@@ -515,6 +549,7 @@ impl Rig {
             }
             Kind::DispatcherTerm => {
                 let i = 1 + p.target;
+                self.count_shed(i).await;
                 if let Some(mut proc) = self.slots[i].proc.take() {
                     proc.sigterm().await?;
                     let deadline = Instant::now() + Duration::from_secs(120);
@@ -667,7 +702,11 @@ fn produce(
 
 /// What the run saw.
 struct Observed {
+    /// Deliveries shed at a full lane and requeued (all dispatchers, every life).
+    shed: f64,
     schedule: Schedule,
+    /// Faults of the schedule left out because the run fell behind it.
+    skipped: usize,
     done: Vec<Done>,
     exits: Vec<Exit>,
     lane_peak: usize,
@@ -782,6 +821,7 @@ async fn drive(
         proxy,
         timeline: timeline.clone(),
         exits: Vec::new(),
+        shed: 0.0,
     };
     // The API first (it migrates the fresh database), then the dispatchers.
     for i in 0..=DISPATCHERS {
@@ -859,8 +899,15 @@ async fn drive(
         .collect();
 
     let mut done: Vec<Done> = Vec::new();
+    let mut skipped = 0;
     for (n, p) in schedule.faults.iter().enumerate() {
         rig.idle_until(at(p.at_s)).await?;
+        // Restarts and drains make a run fall behind its plan; a fault that would no longer
+        // end before the load does is left out rather than run into the drain.
+        if timeline.elapsed() + p.hold_s >= schedule.load_s {
+            skipped += 1;
+            continue;
+        }
         pb.set_position(timeline.elapsed() as u64);
         pb.set_message(format!(
             "fault {}/{}: {}",
@@ -915,13 +962,19 @@ async fn drive(
         .await
         .context("redelivery counts")?;
     let redelivered = (row.get(0), row.get(1));
+    for i in 1..=DISPATCHERS {
+        rig.count_shed(i).await;
+    }
+    let shed = rig.shed;
     let exits = rig.exits.clone();
     let survivors_clean = rig.stop().await;
     sluice.stop().await;
     let lane_peak = slow_rx.record.peak_concurrency();
     use std::sync::atomic::Ordering;
     let seen = Observed {
+        shed,
         schedule,
+        skipped,
         done,
         exits,
         lane_peak,
@@ -979,11 +1032,22 @@ fn figures(
         .quantile(0.99)
         .map(ms);
     let threshold_ms = baseline.map_or(TAIL_FLOOR_MS, |b| (TAIL_FACTOR * b).max(TAIL_FLOOR_MS));
-    let p99: Vec<Option<f64>> = timeline
-        .seconds(HEALTHY)
-        .iter()
-        .map(|s| s.latency.quantile(0.99).map(ms))
-        .collect();
+    let p99_of = |group: usize| -> Vec<Option<f64>> {
+        timeline
+            .seconds(group)
+            .iter()
+            .map(|s| s.latency.quantile(0.99).map(ms))
+            .collect()
+    };
+    let p99 = p99_of(HEALTHY);
+    // The slow endpoint's tail too, for reading (not judged: its lane makes it queue).
+    let slow_p99 = p99_of(SLOW);
+    let slow_baseline = timeline
+        .latency_between(SLOW, 1.min(warm), warm)
+        .quantile(0.99)
+        .map(ms);
+    let slow_threshold_ms =
+        slow_baseline.map_or(TAIL_FLOOR_MS, |b| (TAIL_FACTOR * b).max(TAIL_FLOOR_MS));
     report.figure(
         "baseline_p99_ms",
         "healthy p99 enqueue→delivery before the first fault (baseline)",
@@ -1029,6 +1093,15 @@ fn figures(
                 }
             ),
             tail_s.map(round),
+            "s",
+        );
+        report.figure(
+            &format!("slow_tail_s.{i}.{}", f.kind.name()),
+            &format!(
+                "fault {:>3}: the slow endpoint's tail (p99 ≤ {slow_threshold_ms:.0} ms; not judged)",
+                i + 1
+            ),
+            tail(&slow_p99, f.end_s, f.until_s, slow_threshold_ms).map(round),
             "s",
         );
         readings.push(Reading { judged_s, tail_s });
@@ -1211,6 +1284,12 @@ fn figures(
         ));
     }
     report.figure(
+        "shed",
+        "deliveries shed at a full lane and requeued (dispatchers' /metrics)",
+        Some(seen.shed),
+        "",
+    );
+    report.figure(
         "attempted_more_than_once",
         "deliveries attempted more than once (store)",
         Some(seen.redelivered.0 as f64),
@@ -1332,6 +1411,13 @@ fn figures(
             }
         ),
     );
+    if seen.skipped > 0 {
+        report.note(format!(
+            "{} fault(s) of the schedule left out: the run fell behind it (restarts, drains) \
+             and they would not have ended before the load",
+            seen.skipped
+        ));
+    }
     if !seen.survivors_clean {
         report.note("a process did not exit cleanly on SIGTERM at the end of the run");
     }
@@ -1556,6 +1642,17 @@ mod tests {
             BTreeMap::from([("db-freeze", 1), ("db-restart", 1), ("dispatcher-kill", 1)])
         );
         assert_eq!(d.explained_total(), 3);
+    }
+
+    #[test]
+    fn sums_the_shed_counter() {
+        let text = "# HELP webhook_deliveries_shed_total Deliveries shed\n\
+                    # TYPE webhook_deliveries_shed_total counter\n\
+                    webhook_deliveries_shed_total{endpoint=\"ep_a\"} 3\n\
+                    webhook_deliveries_shed_total{endpoint=\"ep_b\"} 4\n\
+                    webhook_deliveries_total 99\n";
+        assert_eq!(shed_in(text), 7.0);
+        assert_eq!(shed_in(""), 0.0);
     }
 
     #[test]
