@@ -315,12 +315,23 @@ fn tail(p99: &[Option<f64>], end_s: f64, until_s: f64, threshold_ms: f64) -> Opt
     back.map(|i| (i as f64 - end_s).max(0.0))
 }
 
-/// The sum of `webhook_deliveries_shed_total` over its series in a `/metrics` text.
-fn shed_in(text: &str) -> f64 {
-    text.lines()
+/// `webhook_deliveries_shed_total` in a `/metrics` text: `(the endpoint's, every endpoint's)`.
+fn shed_in(text: &str, endpoint: &str) -> (f64, f64) {
+    let label = format!("endpoint=\"{endpoint}\"");
+    let mut out = (0.0, 0.0);
+    for line in text
+        .lines()
         .filter(|l| l.starts_with("webhook_deliveries_shed_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    {
+        let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        if line.contains(&label) {
+            out.0 += v;
+        }
+        out.1 += v;
+    }
+    out
 }
 
 /// What the deliveries say about duplicates.
@@ -427,8 +438,10 @@ struct Rig {
     timeline: Arc<Timeline>,
     exits: Vec<Exit>,
     /// Deliveries shed at a full lane (and requeued), summed over the dispatchers' `/metrics`
-    /// read just before each is stopped or killed and at the end.
-    shed: f64,
+    /// read just before each is stopped or killed and at the end: `(slow endpoint, all)`.
+    shed: (f64, f64),
+    /// The slow endpoint's id.
+    slow_endpoint: String,
 }
 
 impl Rig {
@@ -521,9 +534,11 @@ impl Rig {
                 .text()
                 .await
                 .ok()?;
-            Some(shed_in(&text))
+            Some(shed_in(&text, &self.slow_endpoint))
         };
-        self.shed += read.await.unwrap_or(0.0);
+        let (slow, all) = read.await.unwrap_or_default();
+        self.shed.0 += slow;
+        self.shed.1 += all;
     }
 
     /// Run one fault; returns it without `until_s` (set by the caller).
@@ -702,8 +717,9 @@ fn produce(
 
 /// What the run saw.
 struct Observed {
-    /// Deliveries shed at a full lane and requeued (all dispatchers, every life).
-    shed: f64,
+    /// Deliveries shed at a full lane and requeued (all dispatchers, every life): `(the slow
+    /// endpoint's, every endpoint's)`.
+    shed: (f64, f64),
     schedule: Schedule,
     /// Faults of the schedule left out because the run fell behind it.
     skipped: usize,
@@ -822,7 +838,8 @@ async fn drive(
         proxy,
         timeline: timeline.clone(),
         exits: Vec::new(),
-        shed: 0.0,
+        shed: (0.0, 0.0),
+        slow_endpoint: String::new(),
     };
     // The API first (it migrates the fresh database), then the dispatchers.
     for i in 0..=DISPATCHERS {
@@ -855,9 +872,10 @@ async fn drive(
             .await?;
         customers.push((token, i as u64, HEALTHY, sizes.healthy_rate));
     }
-    let (slow_token, _) = sluice
+    let (slow_token, slow_endpoint) = sluice
         .customer("slow", &slow_rx.url(), Some(sizes.lane))
         .await?;
+    rig.slow_endpoint = slow_endpoint;
     customers.push((slow_token, sizes.healthy as u64, SLOW, sizes.slow_rate));
     // Every dispatcher sees the others' heartbeats before the load.
     rig.idle(sluice::dispatcher::DispatchSettings::default().heartbeat_interval)
@@ -1284,9 +1302,15 @@ fn figures(
         ));
     }
     report.figure(
-        "shed",
-        "deliveries shed at a full lane and requeued (dispatchers' /metrics)",
-        Some(seen.shed),
+        "shed_slow",
+        "slow endpoint: deliveries shed at a full lane, requeued 5–20 s later (/metrics)",
+        Some(seen.shed.0),
+        "",
+    );
+    report.figure(
+        "shed_healthy",
+        "healthy endpoints: deliveries shed at a full lane, requeued 5–20 s later (/metrics)",
+        Some(seen.shed.1 - seen.shed.0),
         "",
     );
     report.figure(
@@ -1645,8 +1669,9 @@ mod tests {
                     webhook_deliveries_shed_total{endpoint=\"ep_a\"} 3\n\
                     webhook_deliveries_shed_total{endpoint=\"ep_b\"} 4\n\
                     webhook_deliveries_total 99\n";
-        assert_eq!(shed_in(text), 7.0);
-        assert_eq!(shed_in(""), 0.0);
+        assert_eq!(shed_in(text, "ep_a"), (3.0, 7.0));
+        assert_eq!(shed_in(text, "ep_c"), (0.0, 7.0));
+        assert_eq!(shed_in("", "ep_a"), (0.0, 0.0));
     }
 
     #[test]
