@@ -294,25 +294,66 @@ impl Done {
     }
 }
 
-/// A tail: seconds from `end_s` until the first whole second from which every second before
-/// `until_s` delivered something with a p99 at most `threshold_ms`; `p99[i]` is second `i`'s
-/// p99 (`None`: nothing delivered, which counts as not back while the load runs). `None` when
-/// the latency was not back before `until_s`.
-fn tail(p99: &[Option<f64>], end_s: f64, until_s: f64, threshold_ms: f64) -> Option<f64> {
+/// A tail, seconds from the fault's end (`f.end_s`) until the later of:
+///
+/// - the first whole second from which every second before the next fault (`f.until_s`)
+///   delivered something with a p99 at most `threshold_ms` (`p99[i]` is second `i`'s p99;
+///   `None`, nothing delivered, is not back while the load runs); when the last second before
+///   the next fault is not back, that fault's start;
+/// - the arrival of the last of this fault's stragglers: requests in `late` (`(POSTed at,
+///   arrived at)` of requests later than the threshold) that were already late before the next
+///   fault began and not before this one did (POSTed at + threshold within
+///   `[f.start_s, f.until_s)`), so a request late because of one fault counts for it alone,
+///   however far into the next one's window it arrives.
+///
+/// `None` when there was no second to read and no straggler.
+fn tail(p99: &[Option<f64>], late: &[(f64, f64)], f: &Done, threshold_ms: f64) -> Option<f64> {
+    let (end_s, until_s) = (f.end_s, f.until_s);
     let from = end_s.max(0.0).floor() as usize;
     let to = (until_s.max(0.0).floor() as usize).min(p99.len());
-    if from >= to {
-        return None;
-    }
-    let good = |i: usize| p99[i].is_some_and(|v| v <= threshold_ms);
-    let mut back = None;
-    for i in (from..to).rev() {
-        if !good(i) {
-            break;
+    let by_seconds = (from < to).then(|| {
+        let good = |i: usize| p99[i].is_some_and(|v| v <= threshold_ms);
+        let mut back = until_s;
+        for i in (from..to).rev() {
+            if !good(i) {
+                break;
+            }
+            back = i as f64;
         }
-        back = Some(i);
-    }
-    back.map(|i| (i as f64 - end_s).max(0.0))
+        back
+    });
+    let threshold_s = threshold_ms / 1000.0;
+    let last_straggler = late
+        .iter()
+        .filter(|(posted, _)| {
+            let due = posted + threshold_s;
+            due >= f.start_s && due < until_s
+        })
+        .map(|(_, arrived)| *arrived)
+        .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.max(t))));
+    let over = match (by_seconds, last_straggler) {
+        (Some(a), Some(b)) => a.max(b),
+        (Some(a), None) => a,
+        (None, Some(b)) => b,
+        (None, None) => return None,
+    };
+    Some((over - end_s).max(0.0))
+}
+
+/// `(POSTed at, arrived at)` of the requests of `customers` later than `threshold_ms`, seconds.
+fn late_requests(
+    arrivals: &[Arrival],
+    customers: impl Fn(u64) -> bool,
+    threshold_ms: f64,
+) -> Vec<(f64, f64)> {
+    arrivals
+        .iter()
+        .filter(|a| customers(a.key.0))
+        .filter_map(|a| {
+            let took = a.took_s?;
+            (took * 1000.0 > threshold_ms).then_some((a.at_s - took, a.at_s))
+        })
+        .collect()
 }
 
 /// `webhook_deliveries_shed_total` in a `/metrics` text: `(the endpoint's, every endpoint's)`.
@@ -1079,11 +1120,15 @@ fn figures(
         "ms",
     );
 
+    let slow_customer = sizes.healthy as u64;
+    let late_healthy = late_requests(&seen.arrivals, |c| c != slow_customer, threshold_ms);
+    let late_slow = late_requests(&seen.arrivals, |c| c == slow_customer, slow_threshold_ms);
+
     // Each fault.
     let mut readings = Vec::new();
     for (i, f) in seen.done.iter().enumerate() {
         let judged_s = f.kind.judged_length(f.length_s());
-        let tail_s = tail(&p99, f.end_s, f.until_s, threshold_ms);
+        let tail_s = tail(&p99, &late_healthy, f, threshold_ms);
         let target = match f.kind {
             Kind::DispatcherKill | Kind::DispatcherTerm => format!(" dispatcher-{}", f.target),
             _ => String::new(),
@@ -1107,7 +1152,7 @@ fn figures(
                 match tail_s {
                     Some(t) if t <= TAIL_FACTOR * judged_s => "ok",
                     Some(_) => "too long",
-                    None => "not back before the next fault",
+                    None => "nothing to read",
                 }
             ),
             tail_s.map(round),
@@ -1119,7 +1164,7 @@ fn figures(
                 "fault {:>3}: the slow endpoint's tail (p99 ≤ {slow_threshold_ms:.0} ms; not judged)",
                 i + 1
             ),
-            tail(&slow_p99, f.end_s, f.until_s, slow_threshold_ms).map(round),
+            tail(&slow_p99, &late_slow, f, slow_threshold_ms).map(round),
             "s",
         );
         readings.push(Reading { judged_s, tail_s });
@@ -1144,13 +1189,13 @@ fn figures(
         .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.max(t))));
     report.figure(
         "worst_tail_s",
-        "worst tail (n/a: one never came back before the next fault)",
+        "worst tail (n/a: a fault had nothing to read its tail by)",
         worst,
         "s",
     );
     report.figure(
         "median_tail_s",
-        "median tail of the faults that came back",
+        "median tail",
         tails.get(tails.len() / 2).copied(),
         "s",
     );
@@ -1249,7 +1294,6 @@ fn figures(
             .filter(|a| group_of(a.key.0) && a.took_s.is_some_and(|t| t > over_s))
             .count() as f64
     };
-    let slow_customer = sizes.healthy as u64;
     report.figure(
         "healthy_over_5s",
         "healthy requests more than 5 s after their POST",
@@ -1423,7 +1467,7 @@ fn figures(
                 )
             },
             if not_back > 0 {
-                format!(" ({not_back} not back before the next fault)")
+                format!(" ({not_back} with nothing to read)")
             } else {
                 String::new()
             }
@@ -1442,8 +1486,10 @@ fn figures(
     report.note(format!(
         "a fault's tail: from its end (proxy thawed or up, process or Redis back and ready) \
          until the first second from which every second until the next fault has a healthy \
-         p99 enqueue→delivery (by delivery second) ≤ the threshold; a second without deliveries \
-         is not back. A dispatcher kill -9 is judged on the lease TTL + reap interval \
+         p99 enqueue→delivery (by delivery second) ≤ the threshold (a second without deliveries \
+         is not back), or until the last of its stragglers arrived (healthy requests already late \
+         before the next fault began and not before this one did), whichever is later. A \
+         dispatcher kill -9 is judged on the lease TTL + reap interval \
          ({} s) when longer than its down time: its claimed work comes back only then",
         LEASE_TTL_S + REAP_S
     ));
@@ -1582,24 +1628,69 @@ mod tests {
         let p = |v: &[f64]| -> Vec<Option<f64>> {
             v.iter().map(|&x| (x >= 0.0).then_some(x)).collect()
         };
+        let window = |start_s, end_s, until_s| Done {
+            until_s,
+            ..done(Kind::DbFreeze, start_s, end_s)
+        };
         // Seconds 10–12 bad, back from 13 on: ended at 10.5, tail 2.5 s.
         let series = p(&[50.0; 10]
             .iter()
             .chain(&[900.0, 800.0, 400.0, 60.0, 40.0, 50.0, 45.0])
             .copied()
             .collect::<Vec<_>>());
-        assert_eq!(tail(&series, 10.5, 17.0, 250.0), Some(2.5));
+        assert_eq!(
+            tail(&series, &[], &window(8.0, 10.5, 17.0), 250.0),
+            Some(2.5)
+        );
         // Already back in the second it ended: 0.
-        assert_eq!(tail(&series, 13.2, 17.0, 250.0), Some(0.0));
+        assert_eq!(
+            tail(&series, &[], &window(8.0, 13.2, 17.0), 250.0),
+            Some(0.0)
+        );
         // A bad second later (a kill's leases coming back) moves the end past it.
         let series = p(&[50.0, 50.0, 50.0, 3000.0, 50.0, 50.0]);
-        assert_eq!(tail(&series, 1.0, 6.0, 250.0), Some(3.0));
-        // A second without deliveries is not back; still bad at the next fault: none.
+        assert_eq!(tail(&series, &[], &window(0.0, 1.0, 6.0), 250.0), Some(3.0));
+        // A second without deliveries is not back; still bad at the next fault: up to it.
         let series = p(&[50.0, -1.0, 50.0, 900.0]);
-        assert_eq!(tail(&series, 0.5, 4.0, 250.0), None);
-        assert_eq!(tail(&series, 0.5, 3.0, 250.0), Some(1.5));
-        // No room to read it.
-        assert_eq!(tail(&series, 3.5, 3.9, 250.0), None);
+        assert_eq!(tail(&series, &[], &window(0.0, 0.5, 4.0), 250.0), Some(3.5));
+        assert_eq!(tail(&series, &[], &window(0.0, 0.5, 3.0), 250.0), Some(1.5));
+        // No second to read and no straggler.
+        assert_eq!(tail(&series, &[], &window(3.0, 3.5, 3.9), 250.0), None);
+    }
+
+    #[test]
+    fn a_fault_owns_the_stragglers_it_made_late() {
+        let series: Vec<Option<f64>> = vec![Some(50.0); 40];
+        let f = Done {
+            until_s: 20.0,
+            ..done(Kind::DbRestart, 4.0, 6.0)
+        };
+        // POSTed during the fault, shed and requeued: arrives at 30 s, past the next fault's
+        // start; the tail runs to it.
+        assert_eq!(tail(&series, &[(5.0, 30.0)], &f, 250.0), Some(24.0));
+        // POSTed just before the next fault (on time had it not begun): that fault's.
+        assert_eq!(tail(&series, &[(19.9, 35.0)], &f, 250.0), Some(0.0));
+        // Already late before this fault began: the previous one's.
+        assert_eq!(tail(&series, &[(3.0, 12.0)], &f, 250.0), Some(0.0));
+        // Late requests of the right window only.
+        let arrivals = [
+            Arrival {
+                took_s: Some(9.0),
+                ..arrival(0, 0, "a", 14.0)
+            },
+            Arrival {
+                took_s: Some(0.01),
+                ..arrival(0, 1, "b", 14.0)
+            },
+            Arrival {
+                took_s: Some(9.0),
+                ..arrival(7, 2, "c", 14.0)
+            },
+        ];
+        assert_eq!(
+            late_requests(&arrivals, |c| c != 7, 250.0),
+            vec![(5.0, 14.0)]
+        );
     }
 
     fn arrival(c: u64, seq: u64, id: &str, at_s: f64) -> Arrival {
