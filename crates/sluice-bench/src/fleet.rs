@@ -116,29 +116,48 @@ impl Plan {
 
 /// One request a receiver saw.
 #[derive(Debug, Clone)]
-struct Arrival {
+pub(crate) struct Arrival {
     /// `(customer, seq)` from the payload: which event this is.
-    key: (u64, u64),
+    pub(crate) key: (u64, u64),
     /// Its `webhook-id` header.
-    webhook_id: String,
+    pub(crate) webhook_id: String,
     /// Seconds since the load started.
-    at_s: f64,
+    pub(crate) at_s: f64,
+    /// Seconds since the producer stamped the payload (enqueue → this request).
+    pub(crate) took_s: Option<f64>,
 }
 
 /// Every request the receivers saw, and their timeline.
-struct Arrivals {
+pub(crate) struct Arrivals {
     timeline: Arc<Timeline>,
     seen: Mutex<Vec<Arrival>>,
 }
 
 impl Arrivals {
-    fn snapshot(&self) -> Vec<Arrival> {
+    /// Nothing seen yet; latencies go into `timeline`.
+    pub(crate) fn new(timeline: Arc<Timeline>) -> Self {
+        Self {
+            timeline,
+            seen: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A receiver's observer recording into these arrivals and `group` of the timeline.
+    pub(crate) fn recorder(self: &Arc<Self>, group: usize) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            arrivals: self.clone(),
+            group,
+        })
+    }
+
+    /// Every arrival so far.
+    pub(crate) fn snapshot(&self) -> Vec<Arrival> {
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
 /// A receiver's observer: the arrival (with its `webhook-id`) and its latency.
-struct Recorder {
+pub(crate) struct Recorder {
     arrivals: Arc<Arrivals>,
     group: usize,
 }
@@ -163,6 +182,7 @@ impl Observer for Recorder {
                 key,
                 webhook_id,
                 at_s,
+                took_s: sent_at_us(body).map(|sent| now_us().saturating_sub(sent) as f64 / 1e6),
             });
     }
 
@@ -193,7 +213,7 @@ async fn leased(pg: &tokio_postgres::Client) -> anyhow::Result<HashSet<(i64, Opt
 }
 
 /// `(ready, leased, dead)` deliveries now.
-async fn queue(pg: &tokio_postgres::Client) -> anyhow::Result<(i64, i64, i64)> {
+pub(crate) async fn queue(pg: &tokio_postgres::Client) -> anyhow::Result<(i64, i64, i64)> {
     let row = pg
         .query_one(
             "SELECT count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1), \
@@ -1476,6 +1496,7 @@ mod tests {
             key: (c, seq),
             webhook_id: id.into(),
             at_s,
+            took_s: None,
         }
     }
 

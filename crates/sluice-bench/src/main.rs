@@ -20,7 +20,8 @@
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
-//!   [`tenants`], [`tls`], [`rate_limited`]; [`procs`]: the `sluice serve` and `redis-server`
+//!   [`tenants`], [`tls`], [`rate_limited`], [`soak`] (with [`pgproxy`], the database proxy that
+//!   freezes and drops connections); [`procs`]: the `sluice serve` and `redis-server`
 //!   processes of a fleet; [`stage`]: the sluice a phase drives, in this process or on such a
 //!   fleet (`--dispatchers`).
 
@@ -34,6 +35,7 @@ mod fleet;
 mod flood;
 mod harness;
 mod load;
+mod pgproxy;
 mod phase;
 mod probe;
 mod procs;
@@ -44,6 +46,7 @@ mod report;
 mod saturation;
 mod scale;
 mod slow_consumer;
+mod soak;
 mod stage;
 mod store_cpu;
 mod sys;
@@ -98,6 +101,12 @@ pub enum Scenario {
     /// HTTPS receivers (a test CA made for the run) over keep-alive and with a handshake per
     /// delivery, beside plain HTTP: connect and TLS phases, what keep-alive saves.
     Tls,
+    /// A seeded, randomized fault soak of a fleet (one API and three dispatcher processes on
+    /// PostgreSQL behind a proxy that freezes and drops connections, a redis-server of its own):
+    /// kill -9 and SIGTERM of dispatchers, kill -9 of the API, database freezes and restarts,
+    /// Redis killed and started empty, under steady load with producers retrying on the same
+    /// Idempotency-Key; loss, duplicates, exits, the lane bound and each fault's tail.
+    Soak,
 }
 
 impl Scenario {
@@ -116,6 +125,7 @@ impl Scenario {
             Scenario::Fleet => "fleet",
             Scenario::Tenants => "tenants",
             Scenario::Tls => "tls",
+            Scenario::Soak => "soak",
         }
     }
 }
@@ -132,7 +142,8 @@ pub struct BenchArgs {
     #[arg(value_enum)]
     pub scenario: Scenario,
     /// Seconds of load per phase (scenarios with a baseline run two phases; fleet: the whole
-    /// load, 80 s by default, its events at fixed fractions of it).
+    /// load, 80 s by default, its events at fixed fractions of it; soak: the whole load, 1800 s
+    /// by default, its faults spread over it by `--seed`).
     #[arg(long)]
     pub duration: Option<f64>,
     /// A very short run for CI: checks that the scenario works, not how fast.
@@ -231,6 +242,10 @@ pub struct BenchArgs {
     /// the store, never sent to): what registered-but-idle endpoints cost.
     #[arg(long)]
     pub registered: Option<u64>,
+    /// soak: the seed of the fault schedule (the same seed and duration give the same faults
+    /// at the same times; default 23).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 impl BenchArgs {
@@ -325,6 +340,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Fleet => fleet::run(&args).await?,
         Scenario::Tenants => tenants::run(&args).await?,
         Scenario::Tls => tls::run(&args).await?,
+        Scenario::Soak => soak::run(&args).await?,
     };
     if args.json {
         println!("{}", report.json());

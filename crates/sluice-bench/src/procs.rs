@@ -21,7 +21,16 @@ pub(crate) struct Proc {
 impl Proc {
     /// Start `sluice serve --role role` on a free port, its stderr into `log_dir/name.log`.
     pub(crate) fn spawn(fleet: &Fleet, role: &str, name: &str) -> anyhow::Result<Self> {
-        let port = sluice_testkit::free_port();
+        Self::spawn_on(fleet, role, name, sluice_testkit::free_port())
+    }
+
+    /// [`Proc::spawn`] on `port` (a process restarted where its clients already send).
+    pub(crate) fn spawn_on(
+        fleet: &Fleet,
+        role: &str,
+        name: &str,
+        port: u16,
+    ) -> anyhow::Result<Self> {
         let log = fleet.log_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
         let child = Command::new(&fleet.binary)
