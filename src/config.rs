@@ -340,7 +340,8 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_LANE_SHARE")]
         #[serde(alias = "lane_share")]
         pub lane_share: Option<f64>,
-        /// Shortest shed requeue delay [default: 5s]
+        /// Shortest shed requeue delay (a lane that serves what is ahead faster scales the
+        /// range down, never under the lane deadline) [default: 5s]
         #[arg(long, env = "SLUICE_SHED_MIN_DELAY")]
         #[serde(alias = "shed_min_delay")]
         pub shed_min_delay: Option<String>,

@@ -168,6 +168,27 @@ impl ShedSettings {
     pub fn random_delay(&self) -> Duration {
         self.delay(rand::rng().random::<f64>())
     }
+
+    /// The requeue delay of a delivery shed at a lane expected to serve what is ahead of it
+    /// within `expected_wait` (its measured service time × deliveries ahead ÷ slots; `None`
+    /// before it is measured). A lane that turns over slower than `min_delay` keeps the whole
+    /// range; a faster one scales the range down by the same factor (never under `floor`, the
+    /// lane deadline it just waited out), keeping its spread, so a burst shed at a fast lane
+    /// after an outage comes back in about a second, not in 5–20 s.
+    pub fn delay_after(
+        &self,
+        expected_wait: Option<Duration>,
+        floor: Duration,
+        sample: f64,
+    ) -> Duration {
+        let delay = self.delay(sample);
+        let Some(wait) = expected_wait else {
+            return delay;
+        };
+        let min = self.min_delay.as_secs_f64();
+        let scale = (wait.max(floor).as_secs_f64() / min).min(1.0);
+        delay.mul_f64(scale)
+    }
 }
 
 /// The first of `problems`, if any.
@@ -364,6 +385,22 @@ mod tests {
             max_delay: MAX_DELAY,
         };
         assert_eq!(edges.problems(), []);
+    }
+
+    /// 5–20 s for a lane slower than 5 s or not measured; a lane that serves what is ahead in
+    /// 0.25 s sheds for 0.5–2 s (its 0.5 s deadline is the floor); 2.5 s ahead, 2.5–10 s.
+    #[test]
+    fn a_fast_lane_sheds_for_less() {
+        let shed = ShedSettings::default();
+        let floor = Duration::from_millis(500);
+        let ms = Duration::from_millis;
+        assert_eq!(shed.delay_after(None, floor, 0.0), secs(5));
+        assert_eq!(shed.delay_after(Some(secs(30)), floor, 1.0), secs(20));
+        assert_eq!(shed.delay_after(Some(secs(5)), floor, 0.0), secs(5));
+        assert_eq!(shed.delay_after(Some(ms(250)), floor, 0.0), ms(500));
+        assert_eq!(shed.delay_after(Some(ms(250)), floor, 1.0), secs(2));
+        assert_eq!(shed.delay_after(Some(ms(2_500)), floor, 0.0), ms(2_500));
+        assert_eq!(shed.delay_after(Some(ms(2_500)), floor, 1.0), secs(10));
     }
 
     #[test]

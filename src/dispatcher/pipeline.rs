@@ -162,7 +162,8 @@ pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Conclu
                 Held::Paused { until } => requeue_until(ctx, d, until, held),
                 Held::BreakerOpen { until } => requeue_until(ctx, d, Some(until), held),
                 Held::RateLimited { until } => requeue_at(ctx, d, until),
-                Held::Disabled | Held::Shed => requeue(ctx, d, Why::Admission(held)),
+                Held::Shed => requeue_shed(ctx, d, &endpoint),
+                Held::Disabled => requeue(ctx, d, Why::Admission(held)),
             };
             return held.into();
         }
@@ -318,6 +319,34 @@ fn settlement(d: &Claimed, outcome: SettleOutcome, attempt: Option<AttemptRecord
 fn requeue(ctx: &Arc<Ctx>, d: &Claimed, why: Why) -> Settlement {
     let delay = ctx.settings.shed.random_delay();
     count_held(ctx, &d.endpoint_id, why);
+    settlement(
+        d,
+        SettleOutcome::Shed {
+            at_ms: crate::clock::now_ms() + delay.as_millis() as i64,
+        },
+        None,
+    )
+}
+
+/// Requeue a delivery shed at a full lane, without an attempt, after a jittered delay that fits
+/// the lane: what is ahead of it (this dispatcher's deliveries in and on their way to the lane,
+/// times the dispatchers sharing a fleet-wide one) at its measured service time, over its slots
+/// ([`crate::retry::ShedSettings::delay_after`]).
+fn requeue_shed(ctx: &Arc<Ctx>, d: &Claimed, rt: &EndpointRuntime) -> Settlement {
+    let dispatchers = ctx.fleet.lanes.as_ref().map_or(1, |l| l.live_dispatchers());
+    let ahead = (rt.lane.in_use() + rt.pending()).saturating_mul(dispatchers);
+    let expected = {
+        let s = rt.state();
+        let lane = s.effective_lane(&ctx.settings, ctx.concurrency()).max(1);
+        s.service_ewma
+            .map(|t| t.mul_f64(f64::from(ahead.saturating_add(1)) / f64::from(lane)))
+    };
+    let delay = ctx.settings.shed.delay_after(
+        expected,
+        ctx.settings.lane_deadline,
+        rand::rng().random::<f64>(),
+    );
+    count_held(ctx, &d.endpoint_id, Why::Admission(Held::Shed));
     settlement(
         d,
         SettleOutcome::Shed {
