@@ -1347,13 +1347,13 @@ fn figures(
     }
     report.figure(
         "shed_slow",
-        "slow endpoint: deliveries shed at a full lane, requeued 5–20 s later (/metrics)",
+        "slow endpoint: deliveries shed at a full lane, requeued after the shed delay (/metrics)",
         Some(seen.shed.0),
         "",
     );
     report.figure(
         "shed_healthy",
-        "healthy endpoints: deliveries shed at a full lane, requeued 5–20 s later (/metrics)",
+        "healthy endpoints: deliveries shed at a full lane, requeued after the shed delay (/metrics)",
         Some(seen.shed.1 - seen.shed.0),
         "",
     );
