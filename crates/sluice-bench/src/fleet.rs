@@ -199,7 +199,6 @@ struct Acks {
     ids: Mutex<HashMap<(u64, u64), String>>,
 }
 
-/// A `sluice serve` process; killed if still running when dropped.
 /// Leased deliveries now: `(delivery id, lease token)`.
 async fn leased(pg: &tokio_postgres::Client) -> anyhow::Result<HashSet<(i64, Option<i64>)>> {
     let rows = pg
