@@ -317,7 +317,11 @@ fn settlement(d: &Claimed, outcome: SettleOutcome, attempt: Option<AttemptRecord
 
 /// Requeue without an attempt after a jittered delay.
 fn requeue(ctx: &Arc<Ctx>, d: &Claimed, why: Why) -> Settlement {
-    let delay = ctx.settings.shed.random_delay();
+    requeue_after(ctx, d, why, ctx.settings.shed.random_delay())
+}
+
+/// Requeue without an attempt after `delay`.
+fn requeue_after(ctx: &Arc<Ctx>, d: &Claimed, why: Why, delay: Duration) -> Settlement {
     count_held(ctx, &d.endpoint_id, why);
     settlement(
         d,
@@ -346,14 +350,7 @@ fn requeue_shed(ctx: &Arc<Ctx>, d: &Claimed, rt: &EndpointRuntime) -> Settlement
         ctx.settings.lane_deadline,
         rand::rng().random::<f64>(),
     );
-    count_held(ctx, &d.endpoint_id, Why::Admission(Held::Shed));
-    settlement(
-        d,
-        SettleOutcome::Shed {
-            at_ms: crate::clock::now_ms() + delay.as_millis() as i64,
-        },
-        None,
-    )
+    requeue_after(ctx, d, Why::Admission(Held::Shed), delay)
 }
 
 /// Requeue without an attempt until `until` (plus up to a second of jitter).

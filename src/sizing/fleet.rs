@@ -99,6 +99,16 @@ pub struct Rates {
     pub shed_per_s: f64,
 }
 
+/// Do two heartbeats come from one run of one dispatcher: same id and start, and no count gone
+/// down (a count lower than before means it restarted)?
+fn same_run(before: &Heartbeat, after: &Heartbeat) -> bool {
+    before.id == after.id
+        && before.started_at_ms == after.started_at_ms
+        && before.tally.delivered <= after.tally.delivered
+        && before.tally.failed <= after.tally.failed
+        && before.tally.shed <= after.tally.shed
+}
+
 impl Rates {
     /// One dispatcher's rates between an earlier heartbeat of it (`None`: it was not live
     /// then) and a later one, over its own interval between the two beats: dispatchers beat at
@@ -106,13 +116,7 @@ impl Rates {
     /// dispatcher new since `before`, or one that restarted (another start, or a count that
     /// went down), counts from 0 at its start. `None` when no time passed (no beat since).
     pub fn of_dispatcher(before: Option<&Heartbeat>, after: &Heartbeat) -> Option<Rates> {
-        let continued = before.filter(|b| {
-            b.id == after.id
-                && b.started_at_ms == after.started_at_ms
-                && b.tally.delivered <= after.tally.delivered
-                && b.tally.failed <= after.tally.failed
-                && b.tally.shed <= after.tally.shed
-        });
+        let continued = before.filter(|b| same_run(b, after));
         let (from_ms, from) = match continued {
             Some(b) => (b.beat_at_ms, b.tally),
             None => (after.started_at_ms, Tally::default()),
@@ -206,12 +210,7 @@ impl HostShares {
     pub fn of_dispatcher(before: Option<&Heartbeat>, after: &Heartbeat) -> HostSeconds {
         let now = &after.host_seconds;
         let continued = before.filter(|b| {
-            b.id == after.id
-                && b.started_at_ms == after.started_at_ms
-                && b.tally.delivered <= after.tally.delivered
-                && b.tally.failed <= after.tally.failed
-                && b.tally.shed <= after.tally.shed
-                && b.host_seconds.total() <= now.total() + SECONDS_EPSILON
+            same_run(b, after) && b.host_seconds.total() <= now.total() + SECONDS_EPSILON
         });
         let Some(then) = continued.map(|b| &b.host_seconds) else {
             return now.clone();
