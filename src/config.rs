@@ -398,7 +398,8 @@ crate::setting::raw_settings! {
         #[serde(alias = "metrics_top_tenants")]
         pub metrics_top_tenants: Option<u32>,
         /// How often a dispatcher writes its heartbeat (load) to the store; a heartbeat older
-        /// than three intervals is stale. Keep it the same across the fleet, 1s–60s [default: 5s]
+        /// than three intervals is stale, and on PostgreSQL a killed dispatcher's leases return
+        /// after two. Keep it the same across the fleet, 1s–60s [default: 5s]
         #[arg(long, env = "SLUICE_HEARTBEAT_INTERVAL")]
         #[serde(alias = "heartbeat_interval")]
         pub heartbeat_interval: Option<String>,

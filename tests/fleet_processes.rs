@@ -1,6 +1,7 @@
 //! Three dispatcher processes sharing PostgreSQL and Redis respect one lane: a slow receiver
 //! never sees more concurrent requests than the endpoint's lane. Redis stopped mid-run: still
-//! bounded by the local shares, nothing lost; started again: back to fleet lanes.
+//! bounded by the local shares, nothing lost; started again: back to fleet lanes. A dispatcher
+//! killed outright: its leases come back once it is known dead, not at their TTL.
 
 use sluice_testkit as support;
 
@@ -202,4 +203,112 @@ async fn a_dispatcher_process_serves_health_and_metrics_on_its_listen_address() 
         assert_eq!(r.status(), 404, "{path}");
         assert_eq!(r.headers()["content-type"], "application/problem+json");
     }
+}
+
+/// A dispatcher killed outright (PostgreSQL): what it had leased is delivered by another
+/// dispatcher once the killed one is known dead (its connection gone, two one-second heartbeats
+/// missed), not when the ten-minute lease TTL would have returned it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_dispatchers_leases_return_before_their_ttl() {
+    let Some(db) = support::fresh_postgres().await else {
+        return;
+    };
+    let rx = receiver::start(Behavior::Slow(Duration::from_millis(1_500)), true)
+        .await
+        .unwrap();
+    let process = |role: &str| {
+        Process::command("serve")
+            .listen()
+            .args(&[
+                "--role",
+                role,
+                "--database-url",
+                &db,
+                "--allow-network",
+                "127.0.0.0/8",
+                "--lease-ttl",
+                "600s",
+                "--heartbeat-interval",
+                "1s",
+            ])
+            .env("SLUICE_ADMIN_TOKEN", ADMIN)
+            .env("SLUICE_LOG", "warn")
+            .spawn()
+    };
+    let api = process("api");
+    assert!(api.answers("/readyz").await);
+    let doomed = process("dispatcher");
+    assert!(doomed.answers("/readyz").await);
+    let http = support::http();
+    let post = |token: String, path: &'static str, body: serde_json::Value| {
+        let (http, base) = (http.clone(), api.base.clone());
+        async move {
+            let r = http
+                .post(format!("{base}{path}"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "{path}: {}", r.status());
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let tenant = post(ADMIN.into(), "/v1/tenants", json!({"name": "t"})).await;
+    let token = tenant["token"].as_str().unwrap().to_owned();
+    post(
+        token.clone(),
+        "/v1/endpoints",
+        json!({"url": rx.url(), "lane_size": 4}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..12 {
+        let m = post(
+            token.clone(),
+            "/v1/messages",
+            json!({"event_type": "e", "payload": {"i": i}}),
+        )
+        .await;
+        ids.push(m["id"].as_str().unwrap().to_owned());
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rx.record.requests() >= 1
+        })
+        .await,
+        "the doomed dispatcher never started an attempt"
+    );
+    doomed.kill();
+    let sql = support::postgres_client(&db).await;
+    let leased: Vec<String> = sql
+        .query("SELECT message_id FROM deliveries WHERE state = 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        !leased.is_empty(),
+        "the kill left nothing leased; the test proves nothing"
+    );
+    let times = |id: &str| rx.record.received().iter().filter(|r| r.id == id).count();
+    let before: Vec<usize> = leased.iter().map(|id| times(id)).collect();
+
+    let _heir = process("dispatcher");
+    let back = eventually(Duration::from_secs(90), || async {
+        leased.iter().zip(&before).all(|(id, n)| times(id) > *n)
+    })
+    .await;
+    assert!(
+        back,
+        "the killed dispatcher's {} leases did not come back before their TTL",
+        leased.len()
+    );
+    let all = eventually(Duration::from_secs(60), || async {
+        let got = rx.record.distinct_ids();
+        ids.iter().all(|id| got.contains(id))
+    })
+    .await;
+    assert!(all, "every message arrives");
 }

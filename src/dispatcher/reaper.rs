@@ -1,5 +1,5 @@
-//! The reaper: returns expired leases (a dispatcher that died mid-attempt), dead-letters poison
-//! leases, forgets idle endpoints' and tenants' runtime state, and applies retention now and then.
+//! The reaper: returns expired leases (a dispatcher that died mid-attempt, at once when it is
+//! known dead rather than at its leases' expiry), dead-letters poison leases, forgets idle endpoints' and tenants' runtime state, and applies retention now and then.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +10,9 @@ use super::Ctx;
 const PURGE_INTERVAL: Duration = Duration::from_secs(600);
 /// Deliveries deleted per retention transaction (short transactions, many of them).
 const PURGE_BATCH: u32 = 5_000;
+/// Heartbeat intervals without a beat (with its process's connection gone) after which a
+/// dispatcher is dead and its leases are expired early: one missed beat is a hiccup, two are not.
+const DEAD_AFTER_BEATS: u32 = 2;
 
 /// Return expired leases on an interval until aborted, and apply retention now and then.
 pub(super) async fn reaper(ctx: Arc<Ctx>) {
@@ -26,6 +29,17 @@ pub(super) async fn reaper(ctx: Arc<Ctx>) {
         if last_purge.is_none_or(|at| at.elapsed() >= PURGE_INTERVAL) {
             last_purge = Some(tokio::time::Instant::now());
             purge(&ctx).await;
+        }
+        // A dispatcher killed outright leaves its leases; expire them once it is known dead
+        // (two heartbeats missed, its connection gone) so this reap returns them, in seconds
+        // where the lease TTL would take a minute.
+        let dead_after_ms = (ctx.settings.heartbeat_interval * DEAD_AFTER_BEATS).as_millis() as i64;
+        if let Err(e) = ctx
+            .store
+            .expire_leases_of_dead(crate::clock::now_ms(), dead_after_ms)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot expire the leases of dead dispatchers");
         }
         match ctx
             .store

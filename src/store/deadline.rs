@@ -220,6 +220,11 @@ impl Store for Bounded {
         self.run(self.inner.reap(now_ms, max_expiries)).await
     }
 
+    async fn expire_leases_of_dead(&self, now_ms: i64, dead_after_ms: i64) -> StoreResult<u64> {
+        self.run(self.inner.expire_leases_of_dead(now_ms, dead_after_ms))
+            .await
+    }
+
     async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
         within(
             self.deadline.max(MAINTENANCE_DEADLINE),

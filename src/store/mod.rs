@@ -191,6 +191,16 @@ pub trait Store: Send + Sync + 'static {
     /// `max_expiries` times in a row (no settle in between: a settle resets the count, so
     /// crashes spread over a delivery's life never add up to a dead letter).
     async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport>;
+    /// Expire now the leases of dispatchers known dead, so the next [`Store::reap`] returns them
+    /// instead of waiting out their TTL: a dispatcher whose process is gone (on PostgreSQL, its
+    /// listener's backend) and whose heartbeat is older than `dead_after_ms`, judged only while
+    /// this process has itself been connected that long (after an outage every live dispatcher
+    /// gets that long to beat again). Returns the leases expired. The embedded store has one
+    /// process, whose leases outlive it only when it is killed: none (they expire as before).
+    async fn expire_leases_of_dead(&self, now_ms: i64, dead_after_ms: i64) -> StoreResult<u64> {
+        let _ = (now_ms, dead_after_ms);
+        Ok(0)
+    }
     /// Retention: delete up to `limit` delivered deliveries last changed before `before_ms`
     /// (with their attempts), then messages older than that with no deliveries left. Ready,
     /// leased and dead-lettered deliveries are never purged. Returns deliveries deleted.

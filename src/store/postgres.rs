@@ -47,6 +47,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         13,
         include_str!("sql/postgres_013_heartbeat_host_seconds.sql"),
     ),
+    (
+        14,
+        include_str!("sql/postgres_014_dispatcher_lease_tag.sql"),
+    ),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;
@@ -87,6 +91,10 @@ pub struct PostgresStore {
     /// The backend pid of the listener's connection (0 while it is not connected): heartbeats
     /// carry it so readers can tell a live process from one that died since its last beat.
     listener_pid: tokio::sync::watch::Receiver<i32>,
+    /// The high half of every lease token this process's claims write, named by its heartbeat,
+    /// so its leases can be expired as soon as it is known dead (see
+    /// [`Store::expire_leases_of_dead`]).
+    lease_tag: i32,
 }
 
 impl PostgresStore {
@@ -147,6 +155,7 @@ impl PostgresStore {
             held: HeldEndpoints::default(),
             instance: instance.clone(),
             listener_pid,
+            lease_tag: crate::ids::lease_tag(),
         };
         store.migrate().await?;
         tokio::spawn(listen(
@@ -420,7 +429,8 @@ impl Store for PostgresStore {
 
     async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimBatch> {
         self.held.set(&request.exclude);
-        let (batch, due_rows) = claim::claim(&mut self.client().await?, request).await?;
+        let (batch, due_rows) =
+            claim::claim(&mut self.client().await?, request, self.lease_tag).await?;
         self.due_written(due_rows);
         Ok(batch)
     }
@@ -474,6 +484,28 @@ impl Store for PostgresStore {
             self.signal.notify_one();
         }
         Ok(report)
+    }
+
+    async fn expire_leases_of_dead(&self, now_ms: i64, dead_after_ms: i64) -> StoreResult<u64> {
+        let own = *self.listener_pid.borrow();
+        if own == 0 {
+            // Not connected for long enough to judge anyone.
+            return Ok(0);
+        }
+        let c = self.client().await?;
+        let tags = heartbeats::dead_tags(&c, now_ms, dead_after_ms, own).await?;
+        if tags.is_empty() {
+            return Ok(0);
+        }
+        let expired = queries::expire_leases_tagged(&c, &tags, now_ms).await?;
+        if expired > 0 {
+            tracing::info!(
+                expired,
+                processes = tags.len(),
+                "postgres: the leases of dead dispatchers expired early"
+            );
+        }
+        Ok(expired)
     }
 
     async fn list_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>> {
@@ -546,7 +578,7 @@ impl Store for PostgresStore {
             .ok()
             .and_then(Result::ok)
             .map(|p| *p);
-        heartbeats::beat(&self.client().await?, heartbeat, backend).await?;
+        heartbeats::beat(&self.client().await?, heartbeat, backend, self.lease_tag).await?;
         Ok(backend.is_some())
     }
 

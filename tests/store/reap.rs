@@ -243,3 +243,161 @@ support::drivers!(
     check_reap_counts_expiries_in_a_row,
     check_replay,
 );
+
+/// A heartbeat of dispatcher `id` written at `at_ms`, idle.
+fn heartbeat(id: &str, at_ms: i64) -> Heartbeat {
+    Heartbeat {
+        id: id.into(),
+        host: "test".into(),
+        started_at_ms: at_ms,
+        beat_at_ms: at_ms,
+        in_flight: 0,
+        concurrency: 8,
+        capacity: 8,
+        arrivals_per_s: 0.0,
+        mean_service_s: 0.0,
+        draining: false,
+        tally: Tally::default(),
+        host_seconds: HostSeconds::default(),
+    }
+}
+
+/// A dispatcher killed outright (PostgreSQL): once its process is gone (its listener's backend)
+/// and its heartbeat is old, another dispatcher's reaper expires its leases at once, not at
+/// their TTL, and only its; not while its backend lives, nor while its heartbeat is young, nor
+/// while the asking process has not itself been connected that long (after an outage, everyone
+/// gets that long to beat again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leases_of_a_dead_dispatcher_come_back_before_their_ttl() {
+    let Some(url) = support::fresh_postgres().await else {
+        return;
+    };
+    let connect = || async {
+        Arc::new(
+            sluice::store::postgres::PostgresStore::connect(&url)
+                .await
+                .expect("connect"),
+        ) as SharedStore
+    };
+    let (dead, live) = (connect().await, connect().await);
+    let sql = support::postgres_client(&url).await;
+    let t = tenant(&live).await;
+    endpoint(&live, &t, &[]).await;
+    let now = now_ms();
+    enqueue_n(&live, &t, "a", 3, now).await;
+    let mut r = req(now, 2, 2);
+    r.lease_ms = 600_000;
+    let lost = dead.claim(&r).await.unwrap().claimed;
+    assert_eq!(lost.len(), 2);
+    let mut r = req(now, 1, 1);
+    r.lease_ms = 600_000;
+    let kept = live.claim(&r).await.unwrap().claimed;
+    assert_eq!(kept.len(), 1);
+    assert!(
+        dead.beat(&heartbeat("dsp_dead", now - 60_000))
+            .await
+            .unwrap()
+    );
+    assert!(live.beat(&heartbeat("dsp_live", now_ms())).await.unwrap());
+    let expire = |dead_after_ms: i64| {
+        let live = live.clone();
+        async move {
+            live.expire_leases_of_dead(now_ms(), dead_after_ms)
+                .await
+                .unwrap()
+        }
+    };
+    // Old heartbeat, but its process lives.
+    assert!(
+        support::eventually(Duration::from_secs(10), || async {
+            sql.query_one(
+                "SELECT count(*) FROM pg_stat_activity a JOIN dispatchers d \
+                 ON a.pid = d.backend_pid WHERE d.id = 'dsp_live' \
+                 AND a.backend_start <= now() - interval '600 milliseconds'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+                == 1
+        })
+        .await,
+        "the live store's listener has been connected for a while"
+    );
+    assert_eq!(expire(500).await, 0, "a live process's leases are its own");
+
+    // Killed: its listener's connection goes, and nothing beats for it again.
+    sql.execute(
+        "SELECT pg_terminate_backend(backend_pid) FROM dispatchers WHERE id = 'dsp_dead'",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(10), || async {
+            sql.query_one(
+                "SELECT count(*) FROM pg_stat_activity a JOIN dispatchers d \
+                 ON a.pid = d.backend_pid WHERE d.id = 'dsp_dead'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+                == 0
+        })
+        .await,
+        "the killed backend is gone"
+    );
+    // Its heartbeat young: a dispatcher may just have lost its connection and be beating anew.
+    sql.execute(
+        "UPDATE dispatchers SET beat_at_ms = $1 WHERE id = 'dsp_dead'",
+        &[&now_ms()],
+    )
+    .await
+    .unwrap();
+    assert_eq!(expire(60_000).await, 0, "a young heartbeat is not dead");
+    sql.execute(
+        "UPDATE dispatchers SET beat_at_ms = $1 WHERE id = 'dsp_dead'",
+        &[&(now - 3_600_000)],
+    )
+    .await
+    .unwrap();
+    // The asker has not been connected for the whole window: it cannot tell an outage.
+    assert_eq!(
+        expire(600_000).await,
+        0,
+        "judged only by a process connected that long"
+    );
+
+    assert_eq!(expire(500).await, 2, "the dead process's two leases expire");
+    assert_eq!(expire(500).await, 0, "once");
+    let report = live.reap(now_ms(), 5).await.unwrap();
+    assert_eq!(
+        report,
+        ReapReport {
+            returned: 2,
+            dead: 0
+        }
+    );
+    for c in &lost {
+        let d = delivery(&live, &t, c.delivery_id).await;
+        assert_eq!(d.state, DeliveryState::Ready, "returned to the queue");
+        assert_eq!(d.attempts, 0, "an expiry is not an attempt");
+    }
+    assert_eq!(
+        delivery(&live, &t, kept[0].delivery_id).await.state,
+        DeliveryState::Leased,
+        "the live dispatcher keeps its lease"
+    );
+    // The dead process's tokens no longer settle anything.
+    let stale: Vec<Settlement> = lost
+        .iter()
+        .map(|c| Settlement {
+            delivery_id: c.delivery_id,
+            lease_token: c.lease_token,
+            outcome: SettleOutcome::Delivered,
+            attempt: None,
+        })
+        .collect();
+    assert!(live.settle(&stale, now_ms()).await.unwrap().is_empty());
+}

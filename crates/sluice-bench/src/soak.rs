@@ -61,9 +61,12 @@ const DISPATCHERS: usize = 3;
 const DEFAULT_SEED: u64 = 23;
 /// The load without `--duration`, seconds.
 const DEFAULT_DURATION_S: f64 = 1800.0;
-/// The fleet's lease: the shortest the default attempt deadlines allow (15 s total + 0.5 s
-/// lane deadline + 5 s), so a killed dispatcher's leases come back within a fault's gap.
-const LEASE_TTL_S: f64 = 21.0;
+/// The fleet's lease TTL (the default): what a killed dispatcher leaves leased does not wait
+/// for it, but for the dispatcher to be known dead ([`KNOWN_DEAD_S`]).
+const LEASE_TTL_S: f64 = 60.0;
+/// A killed dispatcher is known dead once its heartbeat has missed two intervals (5 s, the
+/// default) with its connection gone; its leases are then expired and returned by the next reap.
+const KNOWN_DEAD_S: f64 = 10.0;
 /// The dispatchers' reap interval (the default): an expired lease returns within it.
 const REAP_S: f64 = 5.0;
 /// The default total attempt deadline: an attempt in flight at a fault began at most this long
@@ -133,11 +136,11 @@ impl Kind {
     }
 
     /// The length a tail is judged against, for a fault that lasted `length_s`: its own,
-    /// except a dispatcher `kill -9`, whose work comes back only when its leases expire and
-    /// are reaped (lease TTL + reap interval) however soon it is started again.
+    /// except a dispatcher `kill -9`, whose work comes back only once it is known dead and its
+    /// leases are reaped (two heartbeats + reap interval) however soon it is started again.
     fn judged_length(self, length_s: f64) -> f64 {
         match self {
-            Kind::DispatcherKill => length_s.max(LEASE_TTL_S + REAP_S),
+            Kind::DispatcherKill => length_s.max(KNOWN_DEAD_S + REAP_S),
             _ => length_s,
         }
     }
@@ -779,6 +782,54 @@ struct Observed {
     /// recorded; a settle also resets the lease-expiry count, so the store cannot tell those).
     redelivered: i64,
     survivors_clean: bool,
+    /// The slow endpoint's queue as each fault began (the same order as `done`), and when the
+    /// drain ended.
+    slow_queue: Vec<EndpointQueue>,
+    slow_queue_left: EndpointQueue,
+}
+
+/// One endpoint's unfinished deliveries at a moment: due now, ready but due later (a retry's
+/// back-off or a shed's requeue), leased, and how far off the latest due one is.
+#[derive(Debug, Clone, Copy, Default)]
+struct EndpointQueue {
+    due: i64,
+    later: i64,
+    leased: i64,
+    last_due_in_s: f64,
+}
+
+impl EndpointQueue {
+    async fn read(pg: &tokio_postgres::Client, endpoint: &str) -> anyhow::Result<Self> {
+        let now = sluice::clock::now_ms();
+        let row = pg
+            .query_one(
+                "SELECT count(*) FILTER (WHERE state = 0 AND visible_at_ms <= $2), \
+                 count(*) FILTER (WHERE state = 0 AND visible_at_ms > $2), \
+                 count(*) FILTER (WHERE state = 1), \
+                 COALESCE(max(visible_at_ms) FILTER (WHERE state = 0), $2) \
+                 FROM deliveries WHERE endpoint_id = $1 AND state IN (0, 1)",
+                &[&endpoint, &now],
+            )
+            .await
+            .context("an endpoint's queue")?;
+        Ok(Self {
+            due: row.get(0),
+            later: row.get(1),
+            leased: row.get(2),
+            last_due_in_s: (row.get::<_, i64>(3) - now) as f64 / 1000.0,
+        })
+    }
+
+    fn total(&self) -> f64 {
+        (self.due + self.later + self.leased) as f64
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} due, {} later (the last in {:.1} s), {} leased",
+            self.due, self.later, self.last_due_in_s, self.leased
+        )
+    }
 }
 
 /// Run the scenario and report.
@@ -959,6 +1010,7 @@ async fn drive(
         .collect();
 
     let mut done: Vec<Done> = Vec::new();
+    let mut slow_queue = Vec::new();
     let mut skipped = 0;
     for (n, p) in schedule.faults.iter().enumerate() {
         rig.idle_until(at(p.at_s)).await?;
@@ -978,6 +1030,7 @@ async fn drive(
         if let Some(last) = done.last_mut() {
             last.until_s = timeline.elapsed();
         }
+        slow_queue.push(EndpointQueue::read(&pg, &rig.slow_endpoint).await?);
         done.push(rig.inflict(p).await?);
     }
     rig.idle_until(until).await?;
@@ -1011,6 +1064,7 @@ async fn drive(
     // Late answers land before anything is read.
     rig.idle(Duration::from_millis(sizes.slow_ms + 200)).await?;
     let drained_s = timeline.elapsed();
+    let slow_queue_left = EndpointQueue::read(&pg, &rig.slow_endpoint).await?;
     pb.finish_and_clear();
     let (_, _, dead) = queue(&pg).await?;
     let row = pg
@@ -1047,6 +1101,8 @@ async fn drive(
         dead,
         redelivered,
         survivors_clean,
+        slow_queue,
+        slow_queue_left,
     };
     Ok((seen, timeline))
 }
@@ -1167,6 +1223,18 @@ fn figures(
             tail(&slow_p99, &late_slow, f, slow_threshold_ms).map(round),
             "s",
         );
+        if let Some(q) = seen.slow_queue.get(i) {
+            report.figure(
+                &format!("slow_queue.{i}.{}", f.kind.name()),
+                &format!(
+                    "fault {:>3}: the slow endpoint's queue as it began: {}",
+                    i + 1,
+                    q.describe()
+                ),
+                Some(q.total()),
+                "",
+            );
+        }
         readings.push(Reading { judged_s, tail_s });
     }
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
@@ -1388,6 +1456,15 @@ fn figures(
             .then_some(round(seen.drained_s - seen.load_end_s)),
         "s",
     );
+    report.figure(
+        "slow_queue_left",
+        &format!(
+            "the slow endpoint's queue when the drain ended: {}",
+            seen.slow_queue_left.describe()
+        ),
+        Some(seen.slow_queue_left.total()),
+        "",
+    );
 
     // The claims.
     report.invariant(
@@ -1489,9 +1566,10 @@ fn figures(
          p99 enqueue→delivery (by delivery second) ≤ the threshold (a second without deliveries \
          is not back), or until the last of its stragglers arrived (healthy requests already late \
          before the next fault began and not before this one did), whichever is later. A \
-         dispatcher kill -9 is judged on the lease TTL + reap interval \
-         ({} s) when longer than its down time: its claimed work comes back only then",
-        LEASE_TTL_S + REAP_S
+         dispatcher kill -9 is judged on two heartbeats + the reap interval \
+         ({} s) when longer than its down time: its claimed work comes back only once it is \
+         known dead",
+        KNOWN_DEAD_S + REAP_S
     ));
     report.note(format!(
         "a duplicated message is explained when its first arrival lies within {ATTEMPT_S} s \
@@ -1769,7 +1847,7 @@ mod tests {
     fn a_kill_is_judged_on_the_lease() {
         assert_eq!(
             Kind::DispatcherKill.judged_length(3.0),
-            LEASE_TTL_S + REAP_S
+            KNOWN_DEAD_S + REAP_S
         );
         assert_eq!(Kind::DbFreeze.judged_length(8.0), 8.0);
         assert_eq!(Kind::RedisKill.explains(1.0, 2.0), None);

@@ -227,6 +227,7 @@ const CORRECT_TENANTS: &str = "WITH n AS ( \
 pub(super) async fn claim(
     client: &mut deadpool_postgres::Object,
     req: &ClaimRequest,
+    lease_tag: i32,
 ) -> StoreResult<(ClaimBatch, u64)> {
     let ids: Vec<&str> = req.charges.iter().map(|c| c.tenant_id.as_str()).collect();
     let starts: Vec<f64> = req.charges.iter().map(|c| c.start).collect();
@@ -256,7 +257,7 @@ pub(super) async fn claim(
         charge.await;
         return Ok((ClaimBatch::default(), 0));
     }
-    let token = crate::ids::lease_token();
+    let token = crate::ids::tagged_lease_token(lease_tag);
     let room_ids: Vec<&str> = req.room.iter().map(|(e, _)| e.as_str()).collect();
     let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
     let tenant_ids: Vec<&str> = req.tenant_room.iter().map(|(t, _)| t.as_str()).collect();

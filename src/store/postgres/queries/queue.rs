@@ -328,6 +328,23 @@ pub(in crate::store::postgres) async fn purge(
     Ok(ids.len() as u64)
 }
 
+/// Expire now (one millisecond ago) the unexpired leases whose tokens carry one of `tags`
+/// ([`crate::ids::tagged_lease_token`]): the next reap returns them, counting the expiry as it
+/// counts any other. Reached through the leased index (a few rows: what is in flight).
+pub(in crate::store::postgres) async fn expire_leases_tagged(
+    c: &impl GenericClient,
+    tags: &[i32],
+    now_ms: i64,
+) -> StoreResult<u64> {
+    c.execute(
+        "UPDATE deliveries SET lease_until_ms = $2 - 1 \
+         WHERE state = 1 AND lease_until_ms >= $2 AND (lease_token >> 32)::int = ANY($1)",
+        &[&tags, &now_ms],
+    )
+    .await
+    .map_err(pg)
+}
+
 /// FIFO endpoints whose head the reaper just dead-lettered as poison: due again when anything
 /// waits behind them (rare, so a walk of the FIFO endpoints is cheap enough).
 const FIFO_AFTER_POISON: &str = "SELECT sluice_mark_work_due(array_agg(e.id), array_agg(e.tenant_id), \
