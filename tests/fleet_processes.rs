@@ -64,6 +64,49 @@ fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
         .env("SLUICE_LOG", "warn")
 }
 
+/// POST `body` to `path` of the API at `base` as `token`; the answer, which must be a success.
+async fn post(base: &str, token: &str, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let r = support::http()
+        .post(format!("{base}{path}"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{path}: {}", r.status());
+    r.json().await.unwrap()
+}
+
+/// A tenant with one endpoint at `url` of lane `lane`, through the API at `base`; its token.
+async fn customer(base: &str, url: &str, lane: u32) -> String {
+    let tenant = post(base, ADMIN, "/v1/tenants", json!({"name": "fleet"})).await;
+    let token = tenant["token"].as_str().unwrap().to_owned();
+    post(
+        base,
+        &token,
+        "/v1/endpoints",
+        json!({"url": url, "lane_size": lane}),
+    )
+    .await;
+    token
+}
+
+/// `n` messages from `token`'s tenant through the API at `base`; their ids.
+async fn send(base: &str, token: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let m = post(
+            base,
+            token,
+            "/v1/messages",
+            json!({"event_type": "e", "payload": {"i": i}}),
+        )
+        .await;
+        ids.push(m["id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_dispatchers_share_one_lane_through_redis_outages() {
     let Some(db) = support::fresh_postgres().await else {
@@ -84,48 +127,16 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
         .unwrap();
     let all = sluice(&db, &redis_url, "all").spawn();
     let base = all.base.clone();
-    let http = support::http();
     assert!(all.answers("/readyz").await);
     let _dispatchers = [
         sluice(&db, &redis_url, "dispatcher").spawn(),
         sluice(&db, &redis_url, "dispatcher").spawn(),
     ];
 
-    let post = |token: String, path: &'static str, body: serde_json::Value| {
-        let http = http.clone();
-        let base = base.clone();
-        async move {
-            let r = http
-                .post(format!("{base}{path}"))
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            assert!(r.status().is_success(), "{path}: {}", r.status());
-            r.json::<serde_json::Value>().await.unwrap()
-        }
-    };
-    let tenant = post(ADMIN.into(), "/v1/tenants", json!({"name": "fleet"})).await;
-    let token = tenant["token"].as_str().unwrap().to_owned();
-    post(
-        token.clone(),
-        "/v1/endpoints",
-        json!({"url": rx.url(), "lane_size": 3}),
-    )
-    .await;
+    let token = customer(&base, &rx.url(), 3).await;
     // Let every dispatcher see the others' heartbeats (every 5 s) so the local share is known.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let mut ids = Vec::new();
-    for i in 0..90 {
-        let m = post(
-            token.clone(),
-            "/v1/messages",
-            json!({"event_type": "e", "payload": {"i": i}}),
-        )
-        .await;
-        ids.push(m["id"].as_str().unwrap().to_owned());
-    }
+    let ids = send(&base, &token, 90).await;
     assert!(
         eventually(Duration::from_secs(60), || async {
             rx.record.requests() >= 20
@@ -239,39 +250,8 @@ async fn a_killed_dispatchers_leases_return_before_their_ttl() {
     assert!(api.answers("/readyz").await);
     let doomed = process("dispatcher");
     assert!(doomed.answers("/readyz").await);
-    let http = support::http();
-    let post = |token: String, path: &'static str, body: serde_json::Value| {
-        let (http, base) = (http.clone(), api.base.clone());
-        async move {
-            let r = http
-                .post(format!("{base}{path}"))
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            assert!(r.status().is_success(), "{path}: {}", r.status());
-            r.json::<serde_json::Value>().await.unwrap()
-        }
-    };
-    let tenant = post(ADMIN.into(), "/v1/tenants", json!({"name": "t"})).await;
-    let token = tenant["token"].as_str().unwrap().to_owned();
-    post(
-        token.clone(),
-        "/v1/endpoints",
-        json!({"url": rx.url(), "lane_size": 4}),
-    )
-    .await;
-    let mut ids = Vec::new();
-    for i in 0..12 {
-        let m = post(
-            token.clone(),
-            "/v1/messages",
-            json!({"event_type": "e", "payload": {"i": i}}),
-        )
-        .await;
-        ids.push(m["id"].as_str().unwrap().to_owned());
-    }
+    let token = customer(&api.base, &rx.url(), 4).await;
+    let ids = send(&api.base, &token, 12).await;
     assert!(
         eventually(Duration::from_secs(30), || async {
             rx.record.requests() >= 1

@@ -1,5 +1,6 @@
 //! The reaper: returns expired leases (a dispatcher that died mid-attempt, at once when it is
-//! known dead rather than at its leases' expiry), dead-letters poison leases, forgets idle endpoints' and tenants' runtime state, and applies retention now and then.
+//! known dead rather than at its leases' expiry), dead-letters poison leases, forgets idle
+//! endpoints' and tenants' runtime state, and applies retention now and then.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -550,6 +550,20 @@ async fn drive(
     server: &str,
     log_dir: &Path,
 ) -> anyhow::Result<Report> {
+    let saturation = saturation::Sizes {
+        backlog: args.backlog.unwrap_or(args.sized(30_000, 1_000)),
+        concurrency: args.concurrency.unwrap_or(SATURATION_CONCURRENCY),
+        dispatchers: DISPATCHERS,
+    };
+    if std::env::var_os("SLUICE_BENCH_SATURATION_ONLY").is_some() {
+        let mut report = Report::new(
+            "fleet",
+            "saturation only (SLUICE_BENCH_SATURATION_ONLY): one process, then the fleet".into(),
+        );
+        let measured = saturation::measure(saturation, &binary, server, log_dir).await?;
+        saturation::figures(&mut report, &measured);
+        return Ok(report);
+    }
     let sizes = Sizes::of(args);
     let plan = Plan::new(args);
     let one = one_process(args, sizes, plan, &binary, server, log_dir).await?;
@@ -566,11 +580,6 @@ async fn drive(
     .await;
     db.drop_it().await;
     let mut report = fleet?;
-    let saturation = saturation::Sizes {
-        backlog: args.backlog.unwrap_or(args.sized(30_000, 1_000)),
-        concurrency: args.concurrency.unwrap_or(SATURATION_CONCURRENCY),
-        dispatchers: DISPATCHERS,
-    };
     let measured = saturation::measure(saturation, &binary, server, log_dir).await?;
     saturation::figures(&mut report, &measured);
     Ok(report)

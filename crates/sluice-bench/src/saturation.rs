@@ -16,6 +16,8 @@ use tokio::time::Instant;
 
 use super::backlog;
 use super::harness::FreshDatabase;
+use super::store_cpu::StoreCpu;
+use super::sys;
 use super::procs::{Fleet, Proc, Redis};
 use super::report::{Report, ratio};
 use super::timeline::Timeline;
@@ -24,6 +26,9 @@ use super::timeline::Timeline;
 pub(crate) const TARGET: f64 = 0.9;
 /// The backlog's endpoints (paths of one fast receiver).
 const ENDPOINTS: usize = 100;
+/// How long the processes idle after a drain before the commits are read: every PostgreSQL
+/// backend has flushed its statistics by then.
+const STATS_SETTLE: Duration = Duration::from_secs(11);
 
 /// The sizes of a measurement.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +49,69 @@ pub(crate) struct Drained {
     pub(crate) per_s: Option<f64>,
     /// Every backlog delivery arrived.
     pub(crate) complete: bool,
+    /// What each delivery cost, from the end of the fill to the last arrival.
+    pub(crate) cost: Cost,
+}
+
+/// What a drain cost per delivery: transactions the database committed, WAL written, and CPU
+/// of the sluice processes and of the PostgreSQL server (every process it runs).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Cost {
+    pub(crate) commits: Option<f64>,
+    pub(crate) wal_bytes: Option<f64>,
+    pub(crate) sluice_cpu_ms: Option<f64>,
+    pub(crate) store_cpu_ms: Option<f64>,
+}
+
+/// The counters a [`Cost`] is the growth of.
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    commits: Option<f64>,
+    wal_lsn: Option<f64>,
+    sluice_cpu_s: Option<f64>,
+    store_cpu_s: Option<f64>,
+}
+
+impl Counters {
+    /// Read now. PostgreSQL's commit counts reach `pg_stat_database` when each backend flushes
+    /// its statistics (at most a second after a transaction, ten when it goes idle), so the
+    /// last reading is taken once the processes have idled that long; the WAL position is
+    /// exact.
+    async fn read(pg: &tokio_postgres::Client, pids: &[u32], store: &StoreCpu) -> Self {
+        let row = pg
+            .query_one(
+                "SELECT (SELECT xact_commit FROM pg_stat_database \
+                 WHERE datname = current_database())::float8, \
+                 (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8",
+                &[],
+            )
+            .await
+            .ok();
+        let sluice_cpu_s = pids
+            .iter()
+            .map(|p| sys::cpu_s_of(&p.to_string()))
+            .sum::<Option<f64>>();
+        Self {
+            commits: row.as_ref().map(|r| r.get(0)),
+            wal_lsn: row.as_ref().map(|r| r.get(1)),
+            sluice_cpu_s,
+            store_cpu_s: store.seconds(),
+        }
+    }
+
+    /// Per delivery from `self` to `cpu` (CPU) and `db` (commits and WAL), over `deliveries`.
+    fn cost(&self, cpu: &Counters, db: &Counters, deliveries: usize) -> Cost {
+        let n = deliveries.max(1) as f64;
+        let per = |a: Option<f64>, b: Option<f64>, scale: f64| {
+            a.zip(b).map(|(a, b)| (b - a) * scale / n)
+        };
+        Cost {
+            commits: per(self.commits, db.commits, 1.0),
+            wal_bytes: per(self.wal_lsn, db.wal_lsn, 1.0),
+            sluice_cpu_ms: per(self.sluice_cpu_s, cpu.sluice_cpu_s, 1e3),
+            store_cpu_ms: per(self.store_cpu_s, cpu.store_cpu_s, 1e3),
+        }
+    }
 }
 
 /// Both layouts' drains.
@@ -141,16 +209,23 @@ async fn drain(
             sluice::store::OpenOptions::default(),
         )
         .await?;
+        let pg = sluice_testkit::postgres_client(&db.url).await;
+        let store_cpu = StoreCpu::locate(Some(&db.url), true).await;
+        let pids: Vec<u32> = procs.iter().filter_map(|p| p.child.id()).collect();
         let timeline = Timeline::new(&["backlog"]);
         backlog::fill(&store, &rx.url(), sizes.backlog, ENDPOINTS, &timeline, 0).await?;
+        let arrived = || arrivals.at.lock().expect("arrivals").len();
+        let (before, at_fill) = (Counters::read(&pg, &pids, &store_cpu).await, arrived());
         // Generous: a drain slower than 200/s is a broken run, not a measurement.
         let limit = Duration::from_secs(30 + sizes.backlog / 200);
         let waited = Instant::now();
-        while arrivals.at.lock().expect("arrivals").len() < sizes.backlog as usize
-            && waited.elapsed() < limit
-        {
+        while arrived() < sizes.backlog as usize && waited.elapsed() < limit {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let (cpu, drained) = (Counters::read(&pg, &pids, &store_cpu).await, arrived());
+        tokio::time::sleep(STATS_SETTLE).await;
+        let db_after = Counters::read(&pg, &pids, &store_cpu).await;
+        let cost = before.cost(&cpu, &db_after, drained.saturating_sub(at_fill));
         for p in &procs {
             let _ = p.sigterm().await;
         }
@@ -162,6 +237,7 @@ async fn drain(
         anyhow::Ok(Drained {
             per_s: middle_rate(&at),
             complete: at.len() as u64 >= sizes.backlog,
+            cost,
         })
     }
     .await;
@@ -211,6 +287,23 @@ pub(crate) fn figures(report: &mut Report, s: &Saturation) {
         factor,
         "×",
     );
+    for (layout, d) in [("one_process", &s.one_process), ("fleet", &s.fleet)] {
+        let c = &d.cost;
+        let name = layout.replace('_', " ");
+        for (key, what, value, unit) in [
+            ("commits", "transactions committed", c.commits, ""),
+            ("wal_bytes", "WAL", c.wal_bytes, " B"),
+            ("sluice_cpu_ms", "sluice processes' CPU", c.sluice_cpu_ms, " ms"),
+            ("store_cpu_ms", "PostgreSQL's CPU", c.store_cpu_ms, " ms"),
+        ] {
+            report.figure(
+                &format!("saturation_{layout}_{key}_per_delivery"),
+                &format!("saturation, {name}: {what} per delivery"),
+                value,
+                unit.trim(),
+            );
+        }
+    }
     report.invariant(
         s.one_process.complete && s.fleet.complete,
         format!("both layouts delivered the whole backlog of {backlog}"),

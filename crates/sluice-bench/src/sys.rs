@@ -8,7 +8,12 @@ pub(crate) const TICKS_PER_S: f64 = 100.0;
 
 /// This process's user + system CPU time so far, seconds.
 pub(crate) fn process_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    cpu_s_of("self")
+}
+
+/// Process `pid`'s (`"self"` for this one) user + system CPU time so far, seconds.
+pub(crate) fn cpu_s_of(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: the fields start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
