@@ -111,12 +111,19 @@ impl Turn<'_> {
 }
 
 /// How many deliveries of each tenant a claim of `limit` reads at most: what start-time fair
-/// queuing would give each if every tenant had unlimited due work. The level θ solves
+/// queuing would give each if every tenant had unlimited due work, plus an even part of the
+/// limit to take up what the others cannot use. The level θ solves
 /// `Σ max(0, θ − pass) × weight ÷ cost = limit`, and is the smallest of the levels the
 /// tenants in pass order would reach alone with those before them; each tenant's quota is
-/// `⌈(θ − pass) × weight ÷ cost⌉`, at most its room. The quotas add up to at least `limit`
-/// (the rounding adds at most one per tenant), so reading them costs the batch, not the
-/// backlog.
+/// `⌈(θ − pass) × weight ÷ cost⌉ + ⌈limit ÷ tenants⌉`, at most the limit and its room.
+///
+/// The even part is what keeps a claim **work-conserving** when a tenant has less due work
+/// than its fair quota: without it, a tenant whose pass ran ahead (a slow endpoint's, charged
+/// its seconds) got no quota at all while another tenant with a lower pass was due, however
+/// little that one had, so a trickle of one delivery per claim left the rest of every claim
+/// empty and the slow tenant's backlog unserved. [`choose`] still takes the lowest start tags
+/// of what was read, so tenants that all have work share exactly as before. Reading the
+/// quotas costs at most twice the batch (plus one per tenant), never the backlog.
 pub fn quotas(turns: &[Turn<'_>], limit: u32) -> Vec<u32> {
     let mut order: Vec<usize> = (0..turns.len()).collect();
     order.sort_by(|&a, &b| turns[a].pass.total_cmp(&turns[b].pass).then(a.cmp(&b)));
@@ -127,15 +134,17 @@ pub fn quotas(turns: &[Turn<'_>], limit: u32) -> Vec<u32> {
         weighted += turns[i].pass * turns[i].rate();
         level = level.min((f64::from(limit) + weighted) / rates);
     }
+    let even = limit.div_ceil(u32::try_from(turns.len()).unwrap_or(u32::MAX).max(1));
     turns
         .iter()
         .map(|t| {
             let q = ((level - t.pass) * t.rate()).ceil();
-            if q.is_nan() || q <= 0.0 {
+            let fair = if q.is_nan() || q <= 0.0 {
                 0
             } else {
-                (q.min(f64::from(u32::MAX)) as u32).min(limit).min(t.room)
-            }
+                q.min(f64::from(u32::MAX)) as u32
+            };
+            fair.saturating_add(even).min(limit).min(t.room)
         })
         .collect()
 }

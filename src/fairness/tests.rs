@@ -28,11 +28,11 @@ fn claim(turns: &[Turn<'_>], available: &[u32], limit: u32) -> Vec<u32> {
 #[test]
 fn a_tenant_with_a_backlog_gets_no_more_turns_than_one_without() {
     let turns = [turn("busy", 5.0, 1, 0.2), turn("quiet", 5.0, 1, 0.2)];
-    assert_eq!(quotas(&turns, 20), [10, 10]);
+    // Each reads its fair half and an even part more, to take up what the other cannot use.
+    assert_eq!(quotas(&turns, 20), [20, 20]);
     assert_eq!(claim(&turns, &[200_000, 10], 20), [10, 10]);
-    // The quiet tenant's ten are all it has. A claim reads no more than each quota, so the 40
-    // it leaves wait for the next claim, which the busy tenant has to itself.
-    assert_eq!(claim(&turns, &[200_000, 10], 100), [50, 10]);
+    // The quiet tenant's ten are all it has: the busy tenant takes the other 90.
+    assert_eq!(claim(&turns, &[200_000, 10], 100), [90, 10]);
     let alone = [turn("busy", 5.0 + 50.0 * 0.2, 1, 0.2)];
     assert_eq!(claim(&alone, &[200_000], 40), [40]);
 }
@@ -60,7 +60,7 @@ fn cheap_deliveries_are_taken_in_proportion_to_their_cost() {
 #[test]
 fn the_tenant_furthest_behind_goes_first() {
     let turns = [turn("a", 10.0, 1, 1.0), turn("b", 7.0, 1, 1.0)];
-    assert_eq!(quotas(&turns, 3), [0, 3]);
+    assert_eq!(quotas(&turns, 3), [2, 3]);
     assert_eq!(claim(&turns, &[100, 100], 3), [0, 3]);
     // Its fourth delivery's tag (7 + 3) ties with a's first: the tenant id breaks the tie.
     assert_eq!(claim(&turns, &[100, 100], 4), [1, 3]);
@@ -78,6 +78,17 @@ fn a_tenant_room_bounds_its_take() {
     ];
     assert_eq!(quotas(&turns, 50)[0], 5);
     assert_eq!(claim(&turns, &[1_000, 2], 50)[0], 5);
+}
+
+/// A tenant whose pass ran far ahead (a slow endpoint's, charged its seconds) beside one that
+/// has a single delivery due at every claim: the trickle goes first, and the slow tenant takes
+/// the rest of the claim, not nothing (work-conserving), claim after claim.
+#[test]
+fn a_trickle_does_not_keep_a_tenant_ahead_of_it_from_the_rest_of_the_claim() {
+    let turns = [turn("slow", 60.0, 1, 0.3), turn("trickle", 1.0, 1, 0.001)];
+    // Its fair quota is none; it reads the even part, half the claim with two tenants.
+    assert_eq!(quotas(&turns, 50)[0], 25);
+    assert_eq!(claim(&turns, &[1_000, 1], 50), [25, 1]);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Fair shares across tenants: equal shares whatever the backlog or the number of endpoints,
-//! weights, ceilings, a tenant back from idle, many tenants at once, several claimers at once.
+//! weights, ceilings, a tenant back from idle, many tenants at once, several claimers at once,
+//! and work-conserving beside a trickle.
 //!
 //! Each claimer here does what a dispatcher does: it keeps the highest floor its claims return
 //! and charges each claim (a fixed cost per delivery of each tenant) with its next claim.
@@ -326,4 +327,28 @@ support::drivers!(
     check_a_ceiling_binds_only_while_another_waits,
     check_ten_thousand_tenants_due,
     check_concurrent_claimers_keep_shares,
+    check_work_conserving_beside_a_trickle,
 );
+
+/// Work-conserving beside a trickle: a slow tenant's backlog (its pass runs ahead, 0.3 s a
+/// delivery) beside a fast tenant with one delivery due at every claim. Every claim has room
+/// for both, so the slow tenant's endpoint gets its per-endpoint share each time, not one
+/// claim's worth and then nothing while the trickle keeps a lower pass (the soak's slow
+/// endpoint fell behind for good that way).
+async fn check_work_conserving_beside_a_trickle(store: SharedStore) {
+    let now = now_ms();
+    let slow = backlog(&store, 1, 200, now - 60_000).await;
+    let fast = tenant(&store).await;
+    endpoint(&store, &fast, &["work"]).await;
+    let mut claimer = Claimer::costing(&[(&slow, 0.3), (&fast, 0.001)]);
+    let mut slow_got = Vec::new();
+    for step in 0..30 {
+        enqueue_n(&store, &fast, "work", 1, now + step * 10).await;
+        let got = claimer.claim(&store, req(now + step * 10 + 1, 50, 8)).await;
+        slow_got.push(got.iter().filter(|c| c.tenant_id == slow.id).count());
+    }
+    assert!(
+        slow_got.iter().sum::<usize>() >= 200,
+        "the slow tenant's deliveries per claim: {slow_got:?}"
+    );
+}

@@ -16,10 +16,10 @@ use tokio::time::Instant;
 
 use super::backlog;
 use super::harness::FreshDatabase;
-use super::store_cpu::StoreCpu;
-use super::sys;
 use super::procs::{Fleet, Proc, Redis};
 use super::report::{Report, ratio};
+use super::store_cpu::StoreCpu;
+use super::sys;
 use super::timeline::Timeline;
 
 /// The fleet drains at least this share of one process's rate.
@@ -102,9 +102,8 @@ impl Counters {
     /// Per delivery from `self` to `cpu` (CPU) and `db` (commits and WAL), over `deliveries`.
     fn cost(&self, cpu: &Counters, db: &Counters, deliveries: usize) -> Cost {
         let n = deliveries.max(1) as f64;
-        let per = |a: Option<f64>, b: Option<f64>, scale: f64| {
-            a.zip(b).map(|(a, b)| (b - a) * scale / n)
-        };
+        let per =
+            |a: Option<f64>, b: Option<f64>, scale: f64| a.zip(b).map(|(a, b)| (b - a) * scale / n);
         Cost {
             commits: per(self.commits, db.commits, 1.0),
             wal_bytes: per(self.wal_lsn, db.wal_lsn, 1.0),
@@ -293,7 +292,12 @@ pub(crate) fn figures(report: &mut Report, s: &Saturation) {
         for (key, what, value, unit) in [
             ("commits", "transactions committed", c.commits, ""),
             ("wal_bytes", "WAL", c.wal_bytes, " B"),
-            ("sluice_cpu_ms", "sluice processes' CPU", c.sluice_cpu_ms, " ms"),
+            (
+                "sluice_cpu_ms",
+                "sluice processes' CPU",
+                c.sluice_cpu_ms,
+                " ms",
+            ),
             ("store_cpu_ms", "PostgreSQL's CPU", c.store_cpu_ms, " ms"),
         ] {
             report.figure(

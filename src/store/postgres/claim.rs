@@ -15,8 +15,8 @@ use crate::store::*;
 /// through its index, stepping over tenants whose due endpoints are all excluded), merged by
 /// effective pass (new ones start at the floor `$9` and win ties), the first `$3` kept (`sel`);
 /// while more than one waits, each has its room under its ceiling (`$10`/`$11`) and one at its
-/// ceiling is left out. Quotas: the level θ and `⌈(θ − pass) × weight ÷ cost⌉` of
-/// [`crate::fairness::quotas`]. Rows: each tenant's due endpoints oldest first, locked against
+/// ceiling is left out. Quotas: the level θ, `⌈(θ − pass) × weight ÷ cost⌉` and the even part
+/// `⌈limit ÷ tenants⌉` of [`crate::fairness::quotas`]. Rows: each tenant's due endpoints oldest first, locked against
 /// other claimers (SKIP LOCKED), each giving up to its room (`$7`/`$8`, at most `$4`) of due
 /// deliveries through the ready index, until the tenant's quota is read (an endpoint with none
 /// due counts one). A FIFO endpoint gives only its head, its lowest pending delivery (through
@@ -73,12 +73,13 @@ const CLAIM: &str = "WITH fl AS ( \
     ), sel1 AS ( \
         SELECT * FROM sel0 WHERE rank <= $3::bigint \
     ), lvl AS ( \
-        SELECT min(($3::bigint + p.spr) / p.sr) AS theta FROM ( \
+        SELECT min(($3::bigint + p.spr) / p.sr) AS theta, \
+            ceil($3::float8 / GREATEST(count(*), 1)) AS even FROM ( \
             SELECT sum(pass * rate) OVER w AS spr, sum(rate) OVER w AS sr FROM sel1 \
             WINDOW w AS (ORDER BY pass, rank)) p \
     ), sel AS ( \
         SELECT sel1.*, LEAST(sel1.troom, $3::bigint, \
-            GREATEST(0, ceil((lvl.theta - sel1.pass) * sel1.rate)))::bigint AS quota \
+            GREATEST(0, ceil((lvl.theta - sel1.pass) * sel1.rate)) + lvl.even)::bigint AS quota \
         FROM sel1 CROSS JOIN lvl \
     ), rows0 AS ( \
         SELECT sel.tenant_id, r.endpoint_id, r.due_ms, r.room, r.fifo, r.id, r.visible_at_ms \
