@@ -110,15 +110,10 @@ pub fn lease_token() -> i64 {
 }
 
 /// A fresh, positive lease token whose high half is `tag` (a process's lease tag, positive), so
-/// the leases of a process known dead can be found by their tokens alone ([`lease_tag_of`]).
+/// the leases of a process known dead can be found by their tokens alone (`token >> 32`).
 pub fn tagged_lease_token(tag: i32) -> i64 {
     debug_assert!(tag > 0, "a lease tag is positive");
     (i64::from(tag) << 32) | i64::from(rand::rng().random::<u32>() | 1)
-}
-
-/// The tag [`tagged_lease_token`] put in `token`.
-pub fn lease_tag_of(token: i64) -> i32 {
-    (token >> 32) as i32
 }
 
 /// A fresh lease tag for a process: positive, so its tokens are too.
@@ -137,14 +132,14 @@ mod tests {
             assert!(tag > 0);
             let token = tagged_lease_token(tag);
             assert!(token > 0, "tokens are positive");
-            assert_eq!(lease_tag_of(token), tag);
+            assert_eq!(token >> 32, i64::from(tag));
             assert_ne!(
                 token,
                 tagged_lease_token(tag),
                 "tokens of one process differ"
             );
         }
-        assert_eq!(lease_tag_of(tagged_lease_token(i32::MAX)), i32::MAX);
+        assert_eq!(tagged_lease_token(i32::MAX) >> 32, i64::from(i32::MAX));
     }
 
     #[test]

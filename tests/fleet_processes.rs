@@ -44,8 +44,8 @@ fn redis_server(port: u16) -> Option<Child> {
         .ok()
 }
 
-/// A `sluice serve` of `role` on the shared database and Redis.
-fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
+/// A `sluice serve` of `role` on the shared database, without Redis.
+fn sluice_on(db: &str, role: &str) -> processes::Builder {
     Process::command("serve")
         .listen()
         .args(&[
@@ -53,8 +53,6 @@ fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
             role,
             "--database-url",
             db,
-            "--redis-url",
-            redis,
             "--allow-network",
             "127.0.0.0/8",
             "--concurrency",
@@ -62,6 +60,11 @@ fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
         ])
         .env("SLUICE_ADMIN_TOKEN", ADMIN)
         .env("SLUICE_LOG", "warn")
+}
+
+/// A `sluice serve` of `role` on the shared database and Redis.
+fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
+    sluice_on(db, role).args(&["--redis-url", redis])
 }
 
 /// POST `body` to `path` of the API at `base` as `token`; the answer, which must be a success.
@@ -228,22 +231,8 @@ async fn a_killed_dispatchers_leases_return_before_their_ttl() {
         .await
         .unwrap();
     let process = |role: &str| {
-        Process::command("serve")
-            .listen()
-            .args(&[
-                "--role",
-                role,
-                "--database-url",
-                &db,
-                "--allow-network",
-                "127.0.0.0/8",
-                "--lease-ttl",
-                "600s",
-                "--heartbeat-interval",
-                "1s",
-            ])
-            .env("SLUICE_ADMIN_TOKEN", ADMIN)
-            .env("SLUICE_LOG", "warn")
+        sluice_on(&db, role)
+            .args(&["--lease-ttl", "600s", "--heartbeat-interval", "1s"])
             .spawn()
     };
     let api = process("api");

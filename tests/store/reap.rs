@@ -262,6 +262,19 @@ fn heartbeat(id: &str, at_ms: i64) -> Heartbeat {
     }
 }
 
+/// How many live backends dispatcher `id`'s heartbeat names that have been connected at least
+/// `connected_ms` (0 or 1).
+async fn backends(sql: &tokio_postgres::Client, id: &str, connected_ms: i64) -> i64 {
+    sql.query_one(
+        "SELECT count(*) FROM pg_stat_activity a JOIN dispatchers d ON a.pid = d.backend_pid \
+         WHERE d.id = $1 AND a.backend_start <= now() - $2::bigint * interval '1 millisecond'",
+        &[&id, &connected_ms],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
 /// A dispatcher killed outright (PostgreSQL): once its process is gone (its listener's backend)
 /// and its heartbeat is old, another dispatcher's reaper expires its leases at once, not at
 /// their TTL, and only its; not while its backend lives, nor while its heartbeat is young, nor
@@ -310,16 +323,7 @@ async fn the_leases_of_a_dead_dispatcher_come_back_before_their_ttl() {
     // Old heartbeat, but its process lives.
     assert!(
         support::eventually(Duration::from_secs(10), || async {
-            sql.query_one(
-                "SELECT count(*) FROM pg_stat_activity a JOIN dispatchers d \
-                 ON a.pid = d.backend_pid WHERE d.id = 'dsp_live' \
-                 AND a.backend_start <= now() - interval '600 milliseconds'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-                == 1
+            backends(&sql, "dsp_live", 600).await == 1
         })
         .await,
         "the live store's listener has been connected for a while"
@@ -335,15 +339,7 @@ async fn the_leases_of_a_dead_dispatcher_come_back_before_their_ttl() {
     .unwrap();
     assert!(
         support::eventually(Duration::from_secs(10), || async {
-            sql.query_one(
-                "SELECT count(*) FROM pg_stat_activity a JOIN dispatchers d \
-                 ON a.pid = d.backend_pid WHERE d.id = 'dsp_dead'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get::<_, i64>(0)
-                == 0
+            backends(&sql, "dsp_dead", 0).await == 0
         })
         .await,
         "the killed backend is gone"
