@@ -167,14 +167,18 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// Count due-table writes and start a vacuum of it when due (see [`DueVacuum`]).
+    /// Count due-table writes and start a vacuum of both due tables when due (see [`DueVacuum`]).
     fn due_written(&self, rows: u64) {
         if rows == 0 || !self.due_vacuum.wrote(rows) {
             return;
         }
         let (pool, state) = (self.pool.clone(), self.due_vacuum.clone());
         tokio::spawn(async move {
-            maintain(pool, "VACUUM (SKIP_LOCKED, TRUNCATE false) due_endpoints").await;
+            maintain(
+                pool,
+                "VACUUM (SKIP_LOCKED, TRUNCATE false) due_endpoints, due_tenants",
+            )
+            .await;
             state
                 .running
                 .store(false, std::sync::atomic::Ordering::Release);

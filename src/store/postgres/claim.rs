@@ -224,7 +224,7 @@ const CORRECT_TENANTS: &str = "WITH n AS ( \
 /// Apply the request's charges and claim a batch (pipelined: one round trip), then correct the
 /// due tables where the claim found less than they promised (see [`move_due`]). Nothing is
 /// held across the claim's commit: writers never wait for it. Also returns about how many
-/// due-table rows it rewrote.
+/// rows of the due tables (endpoints and tenants) it rewrote.
 pub(super) async fn claim(
     client: &mut deadpool_postgres::Object,
     req: &ClaimRequest,
@@ -316,6 +316,8 @@ pub(super) async fn claim(
         }
     }
     let moved = to_move.len() as u64;
+    // Tenant rows rewritten: one per tenant charged, one per tenant corrected.
+    let tenant_rows = (req.charges.len() + tenants.len()) as u64;
     if !to_move.is_empty() || !tenants.is_empty() {
         // The claim has committed: a failure here only leaves rows due (a later claim that
         // finds nothing moves them), never a lease unreturned.
@@ -324,9 +326,9 @@ pub(super) async fn claim(
             tracing::debug!(error = %e, "postgres: due rows not moved");
         }
     }
-    // Rotated rows (one per endpoint that gave a full share) and moved ones.
+    // Rotated rows (one per endpoint that gave a full share), moved ones and tenant rows.
     let rotated = batch.claimed.len() as u64 / u64::from(req.per_endpoint.max(1));
-    Ok((batch, rotated + moved))
+    Ok((batch, rotated + moved + tenant_rows))
 }
 
 /// Move the rows of `endpoints` to their next work, or drop them, and correct the rows of
