@@ -680,6 +680,12 @@ struct Acks {
     retries: std::sync::atomic::AtomicU64,
     /// Messages given up on (a 4xx that a retry cannot change, or the retry deadline).
     abandoned: std::sync::atomic::AtomicU64,
+    /// Per acknowledged message: how many POSTs it took and when (timeline seconds) the one
+    /// acknowledged began, so latency can be read from that POST as well as from the first.
+    posts: Mutex<HashMap<(u64, u64), (u32, f64)>>,
+    /// Every POST that was not acknowledged: when it began and why (`status 503`, `timeout`,
+    /// `connect`, `request`, `body`).
+    failures: Mutex<Vec<(f64, String)>>,
 }
 
 impl Acks {
@@ -716,8 +722,11 @@ fn produce(
             );
             let key = format!("soak-{customer}-{seq}");
             let mut backoff = Duration::from_millis(100);
+            let mut tries = 0u32;
             loop {
+                tries += 1;
                 let started = std::time::Instant::now();
+                let started_s = timeline.elapsed();
                 let answer = http
                     .post(&*url)
                     .bearer_auth(&*token)
@@ -728,6 +737,13 @@ fn produce(
                     .send()
                     .await;
                 let status = answer.as_ref().ok().map(reqwest::Response::status);
+                let why = match &answer {
+                    Ok(r) => format!("status {}", r.status().as_u16()),
+                    Err(e) if e.is_timeout() => "timeout".into(),
+                    Err(e) if e.is_connect() => "connect".into(),
+                    Err(e) if e.is_request() => "request".into(),
+                    Err(_) => "other".into(),
+                };
                 let id = match answer {
                     Ok(r) if r.status().is_success() => r
                         .json::<Value>()
@@ -742,8 +758,21 @@ fn produce(
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert((customer, seq), id);
+                    acks.posts
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert((customer, seq), (tries, started_s));
                     return;
                 }
+                let why = if why.starts_with("status 2") {
+                    "body".into()
+                } else {
+                    why
+                };
+                acks.failures
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((started_s, why));
                 // A refusal a retry cannot change (a 4xx other than 408/429) is given up on.
                 let hopeless = status
                     .is_some_and(|s| s.is_client_error() && s.as_u16() != 408 && s.as_u16() != 429);
@@ -776,6 +805,9 @@ struct Observed {
     acks: HashMap<(u64, u64), String>,
     retries: u64,
     abandoned: u64,
+    /// See [`Acks::posts`] and [`Acks::failures`].
+    posts: HashMap<(u64, u64), (u32, f64)>,
+    failures: Vec<(f64, String)>,
     arrivals: Vec<Arrival>,
     dead: i64,
     /// Deliveries with more than one recorded attempt (an attempt cut off by a kill is not
@@ -985,6 +1017,16 @@ async fn drive(
     let pb = watch::progress(args.json, "soak", schedule.load_s);
     let acks = Arc::new(Acks::default());
     timeline.restart();
+    let scraper = tokio::spawn(scrape(
+        http.clone(),
+        rig.fleet.admin_token.clone(),
+        rig.slots[1..]
+            .iter()
+            .map(|s| (s.name.clone(), s.port))
+            .collect(),
+        log_dir.join("metrics.tsv"),
+        timeline.clone(),
+    ));
     slow_rx.record.reset_peak();
     let start = Instant::now();
     let at = |s: f64| start + Duration::from_secs_f64(s);
@@ -1063,6 +1105,7 @@ async fn drive(
     }
     // Late answers land before anything is read.
     rig.idle(Duration::from_millis(sizes.slow_ms + 200)).await?;
+    scraper.abort();
     let drained_s = timeline.elapsed();
     let slow_queue_left = EndpointQueue::read(&pg, &rig.slow_endpoint).await?;
     pb.finish_and_clear();
@@ -1097,6 +1140,8 @@ async fn drive(
         acks: acks.ids(),
         retries: acks.retries.load(Ordering::Relaxed),
         abandoned: acks.abandoned.load(Ordering::Relaxed),
+        posts: std::mem::take(&mut *acks.posts.lock().unwrap_or_else(|p| p.into_inner())),
+        failures: std::mem::take(&mut *acks.failures.lock().unwrap_or_else(|p| p.into_inner())),
         arrivals: arrivals.snapshot(),
         dead,
         redelivered,
@@ -1413,6 +1458,7 @@ fn figures(
             seconds.join(", ")
         ));
     }
+    posts_read(&mut report, seen, slow_customer);
     report.figure(
         "shed_slow",
         "slow endpoint: deliveries shed at a full lane, requeued after the shed delay (/metrics)",
@@ -1581,6 +1627,120 @@ fn figures(
         report.note("smoke: faults of a few seconds with 5 s gaps; tails are printed, not judged");
     }
     report
+}
+
+/// How often [`scrape`] reads the dispatchers' `/metrics`.
+const SCRAPE_EVERY: Duration = Duration::from_secs(5);
+
+/// Read every dispatcher's `/metrics` every [`SCRAPE_EVERY`] into `path`, one sample per line
+/// (`seconds  dispatcher  series  value`; histogram buckets left out, their sums and counts
+/// kept), so what a dispatcher did between faults can be read afterwards. A dispatcher that is
+/// down is skipped. Runs until aborted.
+async fn scrape(
+    http: reqwest::Client,
+    token: String,
+    dispatchers: Vec<(String, u16)>,
+    path: PathBuf,
+    timeline: Arc<Timeline>,
+) {
+    use std::io::Write;
+    let Ok(file) = std::fs::File::create(&path) else {
+        return;
+    };
+    let mut out = std::io::BufWriter::new(file);
+    let mut tick = tokio::time::interval(SCRAPE_EVERY);
+    loop {
+        tick.tick().await;
+        let t = timeline.elapsed();
+        for (name, port) in &dispatchers {
+            let read = http
+                .get(format!("http://127.0.0.1:{port}/metrics"))
+                .bearer_auth(&token)
+                .timeout(Duration::from_secs(1))
+                .send()
+                .await;
+            let Ok(text) = (match read {
+                Ok(r) => r.text().await,
+                Err(e) => Err(e),
+            }) else {
+                continue;
+            };
+            for line in text.lines() {
+                if line.starts_with('#') || line.contains("_bucket{") {
+                    continue;
+                }
+                if let Some((series, value)) = line.rsplit_once(' ') {
+                    let _ = writeln!(out, "{t:.1}\t{name}\t{series}\t{value}");
+                }
+            }
+        }
+        let _ = out.flush();
+    }
+}
+
+/// How the POSTs went, to tell an ingest that failed (the latency of a message acknowledged on
+/// its third POST includes the producer's back-off) from a delivery that was late: messages
+/// acknowledged on their first POST, the unacknowledged POSTs by minute and cause, and the
+/// healthy p50 by two-minute window read from the first POST and from the acknowledged one.
+fn posts_read(report: &mut Report, seen: &Observed, slow_customer: u64) {
+    let first = seen.posts.values().filter(|(tries, _)| *tries == 1).count();
+    report.figure(
+        "acknowledged_first_post",
+        "messages acknowledged on their first POST",
+        Some(first as f64),
+        "",
+    );
+    let mut by_minute: BTreeMap<i64, BTreeMap<&str, usize>> = BTreeMap::new();
+    for (at_s, why) in &seen.failures {
+        *by_minute
+            .entry((at_s / 60.0).floor() as i64)
+            .or_default()
+            .entry(why.as_str())
+            .or_default() += 1;
+    }
+    if !by_minute.is_empty() {
+        let minutes: Vec<String> = by_minute
+            .iter()
+            .map(|(m, kinds)| {
+                let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+                format!("min {m}: {}", kinds.join(" "))
+            })
+            .collect();
+        report.note(format!(
+            "POSTs not acknowledged, by the minute they began: {}",
+            minutes.join("; ")
+        ));
+    }
+    let mut windows: BTreeMap<i64, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for a in seen.arrivals.iter().filter(|a| a.key.0 != slow_customer) {
+        let (Some(took), Some((_, post_s))) = (a.took_s, seen.posts.get(&a.key)) else {
+            continue;
+        };
+        let w = windows.entry((a.at_s / 120.0).floor() as i64).or_default();
+        w.0.push(took * 1e3);
+        w.1.push((a.at_s - post_s) * 1e3);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let read: Vec<String> = windows
+        .iter_mut()
+        .map(|(w, (from_first, from_ack))| {
+            format!(
+                "{}–{} min {:.0}/{:.0}",
+                w * 2,
+                w * 2 + 2,
+                median(from_first),
+                median(from_ack)
+            )
+        })
+        .collect();
+    report.note(format!(
+        "healthy p50 POST→delivery by two-minute window, from the first POST / from the \
+         acknowledged POST (ms): {}",
+        read.join(", ")
+    ));
 }
 
 /// The series and the chart.
