@@ -95,8 +95,9 @@ async fn a_frozen_postgres_gets_fast_503s_and_sluice_recovers_when_it_thaws() {
     let rx = receiver::start(Behavior::Fast, true)
         .await
         .expect("receiver");
-    // A claim whose reply is lost in the freeze keeps its deliveries leased until the lease
-    // expires (then the reaper returns them: delayed, never lost), so keep the lease short.
+    // A claim whose reply is lost in the freeze is given back by the next claim; the short
+    // lease bounds the wait should that not happen (the reaper returns it then: delayed, never
+    // lost).
     let s = Sluice::start(sluice::config::RawSettings {
         database_url: Some(through_proxy),
         read_timeout: Some("2s".into()),

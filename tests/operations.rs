@@ -232,3 +232,43 @@ fn migrate_documents_only_its_own_flags_and_migrates() {
     assert!(out.stdout.starts_with("store migrated: sqlite "));
     assert!(dir.path().join("sluice.db").exists());
 }
+
+/// A PostgreSQL that will not vacuum the queue's big tables is named at start-up: sluice
+/// vacuums only its small due tables itself, and without autovacuum the deliveries table keeps
+/// every dead row version (two per delivery) and the statistics of its first analysis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_without_autovacuum_for_the_queue_is_named_at_start_up() {
+    let Some(db) = sluice_testkit::fresh_postgres().await else {
+        return;
+    };
+    // Started once on the new database: it migrates, then checks.
+    let serve = |db: &str| {
+        Process::serve()
+            .args(&["--database-url", db])
+            .env("SLUICE_LOG", "warn")
+    };
+    let first_log = serve(&db).start().await.sigterm_within().stderr;
+    let client = sluice_testkit::postgres_client(&db).await;
+    let server_on = client
+        .query_one("SELECT current_setting('autovacuum')::bool", &[])
+        .await
+        .unwrap()
+        .get::<_, bool>(0);
+    if server_on {
+        assert!(!first_log.contains("autovacuum"), "{first_log}");
+    }
+    client
+        .batch_execute("ALTER TABLE deliveries SET (autovacuum_enabled = false)")
+        .await
+        .unwrap();
+    let log = serve(&db).start().await.sigterm_within().stderr;
+    let warning = log
+        .lines()
+        .find(|l| l.contains("autovacuum is off"))
+        .unwrap_or_else(|| panic!("no warning: {log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("deliveries"), "{warning}");
+    if server_on {
+        assert!(!warning.contains("messages"), "{warning}");
+    }
+}

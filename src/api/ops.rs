@@ -12,7 +12,7 @@ use super::AppState;
 use super::auth::Admin;
 use super::error::Problem;
 use crate::metrics::endpoints::BREAKER_STATES;
-use crate::metrics::{EndpointGauges, QUEUE_STATES, StateLabel, TenantLabel};
+use crate::metrics::{EndpointGauges, StateLabel, TenantLabel};
 
 /// `GET /healthz`: the process is up.
 #[utoipa::path(get, path = "/healthz", operation_id = "getHealth", tag = "operations",
@@ -105,13 +105,13 @@ pub(crate) async fn refresh_gauges(state: &AppState) {
     if let Ok(stats) = state.store.queue_stats(crate::clock::now_ms()).await {
         let signal = super::scale::signal_from(state, &stats, &fleet, None);
         m.desired_replicas.set(i64::from(signal.desired_replicas));
-        for (name, n) in
-            QUEUE_STATES
-                .into_iter()
-                .zip([stats.ready, stats.leased, stats.delivered, stats.dead])
-        {
+        for (state, n) in [
+            ("ready", stats.ready),
+            ("leased", stats.leased),
+            ("dead", stats.dead),
+        ] {
             m.queue_depth
-                .get_or_create(&StateLabel { state: name })
+                .get_or_create(&StateLabel { state })
                 .set(n as i64);
         }
         // The longest-waiting tenants only: the ones an age alert is about.
@@ -123,6 +123,12 @@ pub(crate) async fn refresh_gauges(state: &AppState) {
             m.oldest_ready_age
                 .get_or_create(&TenantLabel { tenant })
                 .set(age_ms as f64 / 1000.0);
+        }
+    }
+    if m.delivered_due() {
+        match state.store.delivered_count().await {
+            Ok(n) => m.delivered_counted(n),
+            Err(e) => tracing::debug!(error = %e, "delivered deliveries not counted"),
         }
     }
     if let Some(ctx) = &state.dispatcher {

@@ -80,6 +80,9 @@ pub struct StateLabel {
     pub state: &'static str,
 }
 
+/// How often `sluice_queue_depth{state="delivered"}` is counted again (a count over the history).
+pub const DELIVERED_RECOUNT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The delivery states counted by `sluice_queue_depth`.
 pub const QUEUE_STATES: [&str; 4] = ["ready", "leased", "delivered", "dead"];
 
@@ -233,6 +236,8 @@ pub struct Metrics {
     pub tenants: TenantGauges,
     /// Deliveries by state.
     pub queue_depth: Family<StateLabel, Gauge>,
+    /// When `queue_depth{state="delivered"}` was last counted (see [`Metrics::delivered_due`]).
+    delivered_counted: std::sync::Mutex<Option<std::time::Instant>>,
     /// The autoscaling signal: dispatcher replicas wanted.
     pub desired_replicas: Gauge,
     /// The live fleet, from the heartbeats in the store.
@@ -330,6 +335,7 @@ impl Metrics {
             oldest_ready_age: Family::default(),
             tenants: TenantGauges::default(),
             queue_depth,
+            delivered_counted: std::sync::Mutex::new(None),
             desired_replicas: Gauge::default(),
             fleet: FleetGauges {
                 dispatchers: Gauge::default(),
@@ -509,6 +515,29 @@ impl Metrics {
         self.settings
     }
 
+    /// Whether the delivered deliveries are to be counted again: until a count succeeds, then
+    /// once per [`DELIVERED_RECOUNT`]. The count reads the whole retained history (tens of
+    /// millions of rows at a high rate), which every scrape of every process would otherwise
+    /// pay; the other states read partial indexes and are counted on every scrape.
+    pub fn delivered_due(&self) -> bool {
+        let last = self
+            .delivered_counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        !last.is_some_and(|at| at.elapsed() < DELIVERED_RECOUNT)
+    }
+
+    /// Set `queue_depth{state="delivered"}` to a fresh count.
+    pub fn delivered_counted(&self, n: u64) {
+        self.queue_depth
+            .get_or_create(&StateLabel { state: "delivered" })
+            .set(n as i64);
+        *self
+            .delivered_counted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+
     /// The OpenMetrics text exposition of everything.
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(16 * 1024);
@@ -558,5 +587,27 @@ mod settings_tests {
             };
             assert_eq!(edge.problems(), []);
         }
+    }
+}
+
+#[cfg(test)]
+mod delivered_tests {
+    use super::*;
+
+    #[test]
+    fn delivered_is_counted_until_a_count_lands_then_once_per_recount() {
+        let m = Metrics::new();
+        // Asked twice before any count landed (the first failed): still due.
+        assert!(m.delivered_due());
+        assert!(m.delivered_due());
+        m.delivered_counted(7);
+        assert!(!m.delivered_due());
+        assert!(
+            m.encode()
+                .contains("sluice_queue_depth{state=\"delivered\"} 7")
+        );
+        *m.delivered_counted.lock().unwrap() =
+            Some(std::time::Instant::now() - DELIVERED_RECOUNT - std::time::Duration::from_secs(1));
+        assert!(m.delivered_due());
     }
 }

@@ -283,6 +283,15 @@ impl Store for Bounded {
         self.run(self.inner.queue_stats(now_ms)).await
     }
 
+    async fn delivered_count(&self) -> StoreResult<u64> {
+        // A count over the history: maintenance, not a request.
+        within(
+            self.deadline.max(MAINTENANCE_DEADLINE),
+            self.inner.delivered_count(),
+        )
+        .await
+    }
+
     async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool> {
         self.run(self.inner.beat(heartbeat)).await
     }

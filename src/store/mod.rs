@@ -240,8 +240,13 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- operators ------------------------------------------------------------------------
 
-    /// Depth by state, oldest due ready delivery per tenant, and arrival counters.
+    /// Ready, leased and dead-lettered deliveries, and the oldest due ready delivery per tenant.
+    /// Cheap whatever the history: each figure reads a partial index (the queue, the dead
+    /// letters), never the delivered rows kept for `--retention`.
     async fn queue_stats(&self, now_ms: i64) -> StoreResult<QueueStats>;
+    /// Delivered deliveries kept: a count over the whole retained history (tens of millions of
+    /// rows at a high rate), so its callers ask rarely (see `api::ops::refresh_gauges`).
+    async fn delivered_count(&self) -> StoreResult<u64>;
 
     // ---- the fleet --------------------------------------------------------------------------
 

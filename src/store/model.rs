@@ -604,16 +604,15 @@ impl ReplayTarget {
     }
 }
 
-/// Figures for operators.
+/// Figures for operators ([`crate::store::Store::queue_stats`]); the delivered history is
+/// counted apart ([`crate::store::Store::delivered_count`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct QueueStats {
-    /// Deliveries per state.
+    /// Ready (due now or later).
     pub ready: u64,
     /// Leased now.
     pub leased: u64,
-    /// Delivered.
-    pub delivered: u64,
-    /// Dead-lettered.
+    /// Dead-lettered and kept.
     pub dead: u64,
     /// Per tenant: how long its oldest due ready delivery has waited (now − visible_at), ms.
     pub oldest_ready_age_ms: Vec<(String, i64)>,

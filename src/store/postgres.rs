@@ -51,6 +51,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         14,
         include_str!("sql/postgres_014_dispatcher_lease_tag.sql"),
     ),
+    (15, include_str!("sql/postgres_015_dead_letters.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;
@@ -95,6 +96,8 @@ pub struct PostgresStore {
     /// so its leases can be expired as soon as it is known dead (see
     /// [`Store::expire_leases_of_dead`]).
     lease_tag: i32,
+    /// Claims sent whose outcome was lost, to give back (see [`claim::InDoubt`]).
+    in_doubt: claim::InDoubt,
 }
 
 impl PostgresStore {
@@ -156,8 +159,10 @@ impl PostgresStore {
             instance: instance.clone(),
             listener_pid,
             lease_tag: crate::ids::lease_tag(),
+            in_doubt: claim::InDoubt::default(),
         };
         store.migrate().await?;
+        background::warn_without_autovacuum(&store.pool).await;
         tokio::spawn(listen(
             config,
             store.signal.clone(),
@@ -433,8 +438,14 @@ impl Store for PostgresStore {
 
     async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimBatch> {
         self.held.set(&request.exclude);
-        let (batch, due_rows) =
-            claim::claim(&mut self.client().await?, request, self.lease_tag).await?;
+        let mut client = self.client().await?;
+        claim::give_back(&client, &self.in_doubt, request.now_ms).await;
+        let token = crate::ids::tagged_lease_token(self.lease_tag);
+        let sent = self
+            .in_doubt
+            .sending(token, request.now_ms + request.lease_ms);
+        let (batch, due_rows) = claim::claim(&mut client, request, token).await?;
+        sent.known();
         self.due_written(due_rows);
         Ok(batch)
     }
@@ -565,6 +576,21 @@ impl Store for PostgresStore {
 
     async fn queue_stats(&self, now_ms: i64) -> StoreResult<QueueStats> {
         queries::queue_stats(&self.client().await?, now_ms).await
+    }
+
+    async fn delivered_count(&self) -> StoreResult<u64> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        // A count over the history gets maintenance's statement timeout, as purges do.
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = {}",
+            MAINTENANCE_DEADLINE.as_millis()
+        ))
+        .await
+        .map_err(pg)?;
+        let n = queries::delivered_count(&tx).await?;
+        tx.commit().await.map_err(pg)?;
+        Ok(n)
     }
 
     async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool> {

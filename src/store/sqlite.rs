@@ -42,6 +42,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("sql/sqlite_011_heartbeat_host_seconds.sql"),
     ),
+    (12, include_str!("sql/sqlite_012_dead_letters.sql")),
 ];
 
 /// Writes and reads that may wait for their thread before new ones are refused.
@@ -550,6 +551,10 @@ impl Store for SqliteStore {
 
     async fn queue_stats(&self, now_ms: i64) -> StoreResult<QueueStats> {
         self.read(move |c| queries::queue_stats(c, now_ms)).await
+    }
+
+    async fn delivered_count(&self) -> StoreResult<u64> {
+        self.read(queries::delivered_count).await
     }
 
     async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool> {

@@ -203,7 +203,11 @@ async fn check_concurrent_claim_settle(store: SharedStore) {
     }
     let stats = store.queue_stats(now).await.unwrap();
     assert_eq!(
-        (stats.ready, stats.leased, stats.delivered),
+        (
+            stats.ready,
+            stats.leased,
+            store.delivered_count().await.unwrap()
+        ),
         (0, 0, total as u64)
     );
     let all = deliveries(&store, all_of(&t)).await;
@@ -672,3 +676,74 @@ support::drivers!(
     check_concurrent_enqueue_and_claim_strand_nothing,
     check_claim_among_many_endpoints,
 );
+
+/// A claim whose answer never reached its process (the deadline passed while the database
+/// held it; a freeze or a broken connection does the same) may still commit, leasing its
+/// deliveries to nobody. The process's next claim gives them back and they go out at once,
+/// not when the lease ends a minute later. Here the claim's charge waits on the test's lock of
+/// the tenant's row, and the claim, sent behind it on the same connection, commits once the
+/// lock is let go: with certainty, and after the store gave up on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_claim_whose_answer_was_lost_gives_its_deliveries_back_at_the_next_claim() {
+    let Some(url) = support::fresh_postgres().await else {
+        return;
+    };
+    let store = sluice::store::deadline::Bounded::wrap(
+        support::postgres_store(&url).await,
+        Duration::from_secs(1),
+    );
+    let t = tenant(&store).await;
+    endpoint(&store, &t, &[]).await;
+    let now = now_ms();
+    enqueue_n(&store, &t, "a", 5, now).await;
+
+    let mut holder = support::postgres_client(&url).await;
+    let lock = holder.transaction().await.unwrap();
+    let held = lock
+        .execute(
+            "SELECT 1 FROM due_tenants WHERE tenant_id = $1 FOR UPDATE",
+            &[&t.id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(held, 1, "the tenant is due");
+    let charged = ClaimRequest {
+        charges: vec![TenantCharge {
+            tenant_id: t.id.clone(),
+            start: 0.0,
+            seconds: 0.1,
+            deliveries: 1,
+        }],
+        ..req(now, 5, 5)
+    };
+    let lost = store.claim(&charged).await;
+    assert!(
+        matches!(lost, Err(StoreError::Unavailable(_))),
+        "the claim waits behind its charge past the deadline: {lost:?}"
+    );
+    lock.commit().await.unwrap();
+    // Now it runs, and leases the five for a minute.
+    let watcher = support::postgres_client(&url).await;
+    let leased = || async {
+        watcher
+            .query_one("SELECT count(*) FROM deliveries WHERE state = 1", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    assert!(
+        support::eventually(Duration::from_secs(10), || async { leased().await == 5 }).await,
+        "the lost claim committed: {} leased",
+        leased().await
+    );
+
+    let got = store.claim(&req(now_ms(), 5, 5)).await.unwrap().claimed;
+    assert_eq!(
+        got.len(),
+        5,
+        "the next claim has the lost claim's deliveries"
+    );
+    let attempts: Vec<u32> = got.iter().map(|c| c.attempts).collect();
+    assert_eq!(attempts, [0; 5], "giving back is no attempt");
+    assert_eq!(leased().await, 5, "leased once more, to this claim");
+}

@@ -228,7 +228,7 @@ const CORRECT_TENANTS: &str = "WITH n AS ( \
 pub(super) async fn claim(
     client: &mut deadpool_postgres::Object,
     req: &ClaimRequest,
-    lease_tag: i32,
+    token: i64,
 ) -> StoreResult<(ClaimBatch, u64)> {
     let ids: Vec<&str> = req.charges.iter().map(|c| c.tenant_id.as_str()).collect();
     let starts: Vec<f64> = req.charges.iter().map(|c| c.start).collect();
@@ -258,7 +258,6 @@ pub(super) async fn claim(
         charge.await;
         return Ok((ClaimBatch::default(), 0));
     }
-    let token = crate::ids::tagged_lease_token(lease_tag);
     let room_ids: Vec<&str> = req.room.iter().map(|(e, _)| e.as_str()).collect();
     let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
     let tenant_ids: Vec<&str> = req.tenant_room.iter().map(|(t, _)| t.as_str()).collect();
@@ -329,6 +328,125 @@ pub(super) async fn claim(
     // Rotated rows (one per endpoint that gave a full share), moved ones and tenant rows.
     let rotated = batch.claimed.len() as u64 / u64::from(req.per_endpoint.max(1));
     Ok((batch, rotated + moved + tenant_rows))
+}
+
+/// Claims this process sent without learning what became of them: the deadline passed, or the
+/// connection broke, between sending the claim and handing its batch out. The server may have
+/// committed it, and its deliveries would then stay leased to nobody until the lease expired (a
+/// minute by default: a database freeze of 10 s in the soak left a batch of healthy deliveries
+/// 60 s late, the reaper's return). Every claim's rows carry its own token and lease end, so
+/// the next claims of this process give such rows back first, exactly those: ready again as
+/// they were, no attempt and no expiry counted (nothing was sent). A claim held in a frozen
+/// connection may commit only after the first try, so each is tried again, at most every
+/// [`GIVE_BACK_EVERY`], until rows were found or its lease has ended (the reaper's then).
+#[derive(Default)]
+pub(super) struct InDoubt {
+    state: std::sync::Mutex<Doubts>,
+}
+
+#[derive(Default)]
+struct Doubts {
+    /// (token, lease end) of each claim in doubt.
+    claims: Vec<(i64, i64)>,
+    /// The last give-back tried.
+    tried: Option<std::time::Instant>,
+}
+
+/// How often claims in doubt are tried again.
+const GIVE_BACK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A claim being sent: unless [`Sent::known`] is called, dropping it puts the claim in doubt.
+pub(super) struct Sent<'a> {
+    doubts: &'a InDoubt,
+    claim: Option<(i64, i64)>,
+}
+
+impl Sent<'_> {
+    /// Its batch is in hand (or it surely never committed).
+    pub(super) fn known(mut self) {
+        self.claim = None;
+    }
+}
+
+impl Drop for Sent<'_> {
+    fn drop(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            self.doubts.lock().claims.push(claim);
+        }
+    }
+}
+
+impl InDoubt {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Doubts> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A claim with this token and lease end is about to be sent.
+    pub(super) fn sending(&self, token: i64, until_ms: i64) -> Sent<'_> {
+        Sent {
+            doubts: self,
+            claim: Some((token, until_ms)),
+        }
+    }
+
+    /// The claims to try to give back now (their leases not yet ended), if it is time.
+    fn to_try(&self, now_ms: i64) -> Vec<(i64, i64)> {
+        let mut d = self.lock();
+        d.claims.retain(|(_, until)| *until >= now_ms);
+        if d.claims.is_empty() || d.tried.is_some_and(|at| at.elapsed() < GIVE_BACK_EVERY) {
+            return Vec::new();
+        }
+        d.tried = Some(std::time::Instant::now());
+        d.claims.clone()
+    }
+
+    /// Forget the claims whose rows were given back.
+    fn given_back(&self, tokens: &[i64]) {
+        self.lock().claims.retain(|(t, _)| !tokens.contains(t));
+    }
+}
+
+/// Make the rows of claims in doubt ready again (see [`InDoubt`]), with their endpoints and
+/// tenants due; found through the leased index by lease end, then by token.
+const GIVE_BACK: &str = "WITH f AS ( \
+        SELECT id, lease_token FROM deliveries \
+        WHERE state = 1 AND lease_until_ms = ANY($2) AND lease_token = ANY($1) FOR UPDATE \
+    ), r AS ( \
+        UPDATE deliveries d SET state = 0, lease_until_ms = NULL, lease_token = NULL, \
+            updated_at_ms = $3 \
+        FROM f WHERE d.id = f.id AND d.state = 1 \
+        RETURNING d.endpoint_id, d.tenant_id, d.visible_at_ms, f.lease_token) \
+    SELECT array_agg(DISTINCT lease_token), count(*), sluice_mark_work_due(array_agg(endpoint_id), \
+        array_agg(tenant_id), array_agg(visible_at_ms)) FROM r";
+
+/// Give back what claims in doubt leased, when there are any and it is time (see [`InDoubt`]).
+/// A failure leaves them in doubt for the next claim.
+pub(super) async fn give_back(client: &deadpool_postgres::Object, doubts: &InDoubt, now_ms: i64) {
+    let claims = doubts.to_try(now_ms);
+    if claims.is_empty() {
+        return;
+    }
+    let (tokens, ends): (Vec<i64>, Vec<i64>) = claims.into_iter().unzip();
+    match client
+        .query_one(GIVE_BACK, &[&tokens, &ends, &now_ms])
+        .await
+    {
+        Ok(row) => {
+            let found: Vec<i64> = row.get::<_, Option<Vec<i64>>>(0).unwrap_or_default();
+            let n: i64 = row.get(1);
+            if n > 0 {
+                tracing::info!(
+                    deliveries = n,
+                    claims = found.len(),
+                    "postgres: gave back the deliveries of claims whose outcome was lost"
+                );
+            }
+            doubts.given_back(&found);
+        }
+        Err(e) => {
+            tracing::debug!(error = %super::errors::cause(&e), "postgres: claims in doubt not given back");
+        }
+    }
 }
 
 /// Move the rows of `endpoints` to their next work, or drop them, and correct the rows of

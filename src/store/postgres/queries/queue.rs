@@ -462,20 +462,23 @@ pub(in crate::store::postgres) async fn queue_stats(
     c: &impl GenericClient,
     now_ms: i64,
 ) -> StoreResult<QueueStats> {
-    let mut stats = QueueStats::default();
-    for r in c
-        .query("SELECT state, count(*) FROM deliveries GROUP BY state", &[])
+    // Each count reads its state's partial index: the queue and the dead letters, never the
+    // delivered history beside them.
+    let r = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM deliveries WHERE state = 0), \
+             (SELECT count(*) FROM deliveries WHERE state = 1), \
+             (SELECT count(*) FROM deliveries WHERE state = 3)",
+            &[],
+        )
         .await
-        .map_err(pg)?
-    {
-        let n = r.get::<_, i64>(1) as u64;
-        match DeliveryState::from_code(r.get(0)) {
-            DeliveryState::Ready => stats.ready = n,
-            DeliveryState::Leased => stats.leased = n,
-            DeliveryState::Delivered => stats.delivered = n,
-            DeliveryState::Dead => stats.dead = n,
-        }
-    }
+        .map_err(pg)?;
+    let mut stats = QueueStats {
+        ready: r.get::<_, i64>(0) as u64,
+        leased: r.get::<_, i64>(1) as u64,
+        dead: r.get::<_, i64>(2) as u64,
+        ..QueueStats::default()
+    };
     for r in c
         .query(
             "SELECT e.tenant_id, MIN((SELECT MIN(d.visible_at_ms) FROM deliveries d \
@@ -492,4 +495,13 @@ pub(in crate::store::postgres) async fn queue_stats(
             .push((r.get(0), oldest.map_or(0, |t| (now_ms - t).max(0))));
     }
     Ok(stats)
+}
+
+pub(in crate::store::postgres) async fn delivered_count(
+    c: &impl GenericClient,
+) -> StoreResult<u64> {
+    c.query_one("SELECT count(*) FROM deliveries WHERE state = 2", &[])
+        .await
+        .map(|r| r.get::<_, i64>(0) as u64)
+        .map_err(pg)
 }

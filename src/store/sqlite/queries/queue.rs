@@ -348,20 +348,29 @@ pub(in crate::store::sqlite) fn queue_stats(
     c: &Connection,
     now_ms: i64,
 ) -> StoreResult<QueueStats> {
-    let mut stats = QueueStats::default();
-    let mut s = c
-        .prepare_cached("SELECT state, COUNT(*) FROM deliveries GROUP BY state")
+    // Each count reads its state's partial index: the queue and the dead letters, never the
+    // delivered history beside them.
+    let (ready, leased, dead) = c
+        .prepare_cached(
+            "SELECT (SELECT COUNT(*) FROM deliveries WHERE state = 0), \
+             (SELECT COUNT(*) FROM deliveries WHERE state = 1), \
+             (SELECT COUNT(*) FROM deliveries WHERE state = 3)",
+        )
+        .map_err(db)?
+        .query_row([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })
         .map_err(db)?;
-    let mut rows = s.query([]).map_err(db)?;
-    while let Some(r) = rows.next().map_err(db)? {
-        let n: i64 = r.get(1).map_err(db)?;
-        match DeliveryState::from_code(r.get(0).map_err(db)?) {
-            DeliveryState::Ready => stats.ready = n as u64,
-            DeliveryState::Leased => stats.leased = n as u64,
-            DeliveryState::Delivered => stats.delivered = n as u64,
-            DeliveryState::Dead => stats.dead = n as u64,
-        }
-    }
+    let mut stats = QueueStats {
+        ready: ready as u64,
+        leased: leased as u64,
+        dead: dead as u64,
+        ..QueueStats::default()
+    };
     // One index probe per enabled endpoint: cost grows with endpoints, not with the backlog.
     let mut s = c
         .prepare_cached(
@@ -382,4 +391,12 @@ pub(in crate::store::sqlite) fn queue_stats(
             .push((tenant, oldest.map_or(0, |t| (now_ms - t).max(0))));
     }
     Ok(stats)
+}
+
+pub(in crate::store::sqlite) fn delivered_count(c: &Connection) -> StoreResult<u64> {
+    c.prepare_cached("SELECT COUNT(*) FROM deliveries WHERE state = 2")
+        .map_err(db)?
+        .query_row([], |r| r.get::<_, i64>(0))
+        .map(|n| n as u64)
+        .map_err(db)
 }
