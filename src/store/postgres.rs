@@ -72,6 +72,21 @@ pub(crate) struct PoolTimeouts {
     max_size: usize,
 }
 
+/// A transaction for maintenance (a purge, a count over the history): its own statement
+/// timeout, [`MAINTENANCE_DEADLINE`], longer than a request's.
+async fn maintenance(
+    client: &mut deadpool_postgres::Object,
+) -> StoreResult<deadpool_postgres::Transaction<'_>> {
+    let tx = client.transaction().await.map_err(pg)?;
+    tx.batch_execute(&format!(
+        "SET LOCAL statement_timeout = {}",
+        MAINTENANCE_DEADLINE.as_millis()
+    ))
+    .await
+    .map_err(pg)?;
+    Ok(tx)
+}
+
 /// The PostgreSQL store.
 pub struct PostgresStore {
     pool: Pool,
@@ -474,14 +489,7 @@ impl Store for PostgresStore {
 
     async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg)?;
-        // Maintenance gets its own, longer statement timeout than requests.
-        tx.batch_execute(&format!(
-            "SET LOCAL statement_timeout = {}",
-            MAINTENANCE_DEADLINE.as_millis()
-        ))
-        .await
-        .map_err(pg)?;
+        let tx = maintenance(&mut client).await?;
         let n = queries::purge(&tx, before_ms, limit).await?;
         tx.commit().await.map_err(pg)?;
         Ok(n)
@@ -580,14 +588,7 @@ impl Store for PostgresStore {
 
     async fn delivered_count(&self) -> StoreResult<u64> {
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg)?;
-        // A count over the history gets maintenance's statement timeout, as purges do.
-        tx.batch_execute(&format!(
-            "SET LOCAL statement_timeout = {}",
-            MAINTENANCE_DEADLINE.as_millis()
-        ))
-        .await
-        .map_err(pg)?;
+        let tx = maintenance(&mut client).await?;
         let n = queries::delivered_count(&tx).await?;
         tx.commit().await.map_err(pg)?;
         Ok(n)
