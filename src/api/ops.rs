@@ -13,6 +13,7 @@ use super::auth::Admin;
 use super::error::Problem;
 use crate::metrics::endpoints::BREAKER_STATES;
 use crate::metrics::{EndpointGauges, StateLabel, TenantLabel};
+use crate::store::DeliveryState;
 
 /// `GET /healthz`: the process is up.
 #[utoipa::path(get, path = "/healthz", operation_id = "getHealth", tag = "operations",
@@ -106,12 +107,14 @@ pub(crate) async fn refresh_gauges(state: &AppState) {
         let signal = super::scale::signal_from(state, &stats, &fleet, None);
         m.desired_replicas.set(i64::from(signal.desired_replicas));
         for (state, n) in [
-            ("ready", stats.ready),
-            ("leased", stats.leased),
-            ("dead", stats.dead),
+            (DeliveryState::Ready, stats.ready),
+            (DeliveryState::Leased, stats.leased),
+            (DeliveryState::Dead, stats.dead),
         ] {
             m.queue_depth
-                .get_or_create(&StateLabel { state })
+                .get_or_create(&StateLabel {
+                    state: state.name(),
+                })
                 .set(n as i64);
         }
         // The longest-waiting tenants only: the ones an age alert is about.

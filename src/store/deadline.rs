@@ -53,7 +53,7 @@ pub struct Bounded {
 }
 
 impl Bounded {
-    /// Bound every operation of `inner` by `deadline` (purges by at least
+    /// Bound every operation of `inner` by `deadline` (maintenance by at least
     /// [`MAINTENANCE_DEADLINE`]).
     pub fn wrap(inner: SharedStore, deadline: Duration) -> SharedStore {
         Arc::new(Self { inner, deadline })
@@ -61,6 +61,12 @@ impl Bounded {
 
     async fn run<T>(&self, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
         within(self.deadline, work).await
+    }
+
+    /// Maintenance (a purge, a count over the history): bounded by at least
+    /// [`MAINTENANCE_DEADLINE`].
+    async fn maintain<T>(&self, work: impl Future<Output = StoreResult<T>>) -> StoreResult<T> {
+        within(self.deadline.max(MAINTENANCE_DEADLINE), work).await
     }
 }
 
@@ -226,11 +232,7 @@ impl Store for Bounded {
     }
 
     async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
-        within(
-            self.deadline.max(MAINTENANCE_DEADLINE),
-            self.inner.purge(before_ms, limit),
-        )
-        .await
+        self.maintain(self.inner.purge(before_ms, limit)).await
     }
 
     async fn list_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>> {
@@ -285,11 +287,7 @@ impl Store for Bounded {
 
     async fn delivered_count(&self) -> StoreResult<u64> {
         // A count over the history: maintenance, not a request.
-        within(
-            self.deadline.max(MAINTENANCE_DEADLINE),
-            self.inner.delivered_count(),
-        )
-        .await
+        self.maintain(self.inner.delivered_count()).await
     }
 
     async fn beat(&self, heartbeat: &Heartbeat) -> StoreResult<bool> {

@@ -24,7 +24,7 @@ use super::chart::{Line, Panel};
 use super::harness::{Sluice, Tuning};
 use super::load::Api;
 use super::receiver::{self, Mode};
-use super::report::{Report, ratio};
+use super::report::{Report, percentile, ratio};
 use super::timeline::Timeline;
 use super::watch::{self, Watch};
 use super::{BenchArgs, save_chart};
@@ -371,17 +371,6 @@ fn measure(
         healthy_latency_p99: seconds(0.99),
         healthy_latency_p999: seconds(0.999),
     }
-}
-
-/// Nearest-rank percentile of `values`.
-fn percentile(values: &[f64], q: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1])
 }
 
 /// Run the three levels and report.

@@ -214,6 +214,17 @@ pub(crate) fn format_value(v: f64) -> String {
     }
 }
 
+/// Nearest-rank percentile of `values`.
+pub(crate) fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
 /// `a / b` when both exist and `b` is not zero.
 pub(crate) fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     match (a, b) {

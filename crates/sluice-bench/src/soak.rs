@@ -48,7 +48,7 @@ use super::harness::{FreshDatabase, Sluice, Tuning};
 use super::load;
 use super::pgproxy::{Proxy, upstream_of};
 use super::procs::{Fleet, Proc, Redis, sluice_binary};
-use super::report::Report;
+use super::report::{Report, percentile};
 use super::timeline::{Timeline, ms, now_us};
 use super::{BenchArgs, save_chart, watch};
 
@@ -737,12 +737,12 @@ fn produce(
                     .send()
                     .await;
                 let status = answer.as_ref().ok().map(reqwest::Response::status);
-                let why = match &answer {
-                    Ok(r) => format!("status {}", r.status().as_u16()),
-                    Err(e) if e.is_timeout() => "timeout".into(),
-                    Err(e) if e.is_connect() => "connect".into(),
-                    Err(e) if e.is_request() => "request".into(),
-                    Err(_) => "other".into(),
+                let failed = match &answer {
+                    Ok(_) => "",
+                    Err(e) if e.is_timeout() => "timeout",
+                    Err(e) if e.is_connect() => "connect",
+                    Err(e) if e.is_request() => "request",
+                    Err(_) => "other",
                 };
                 let id = match answer {
                     Ok(r) if r.status().is_success() => r
@@ -764,10 +764,11 @@ fn produce(
                         .insert((customer, seq), (tries, started_s));
                     return;
                 }
-                let why = if why.starts_with("status 2") {
-                    "body".into()
-                } else {
-                    why
+                let why = match status {
+                    // A success whose body did not name the message.
+                    Some(s) if s.is_success() => "body".to_owned(),
+                    Some(s) => format!("status {}", s.as_u16()),
+                    None => failed.to_owned(),
                 };
                 acks.failures
                     .lock()
@@ -1720,12 +1721,9 @@ fn posts_read(report: &mut Report, seen: &Observed, slow_customer: u64) {
         w.0.push(took * 1e3);
         w.1.push((a.at_s - post_s) * 1e3);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let median = |v: &[f64]| percentile(v, 0.5).unwrap_or(f64::NAN);
     let read: Vec<String> = windows
-        .iter_mut()
+        .iter()
         .map(|(w, (from_first, from_ack))| {
             format!(
                 "{}–{} min {:.0}/{:.0}",

@@ -414,7 +414,7 @@ const GIVE_BACK: &str = "WITH f AS ( \
     ), r AS ( \
         UPDATE deliveries d SET state = 0, lease_until_ms = NULL, lease_token = NULL, \
             updated_at_ms = $3 \
-        FROM f WHERE d.id = f.id AND d.state = 1 \
+        FROM f WHERE d.id = f.id \
         RETURNING d.endpoint_id, d.tenant_id, d.visible_at_ms, f.lease_token) \
     SELECT array_agg(DISTINCT lease_token), count(*), sluice_mark_work_due(array_agg(endpoint_id), \
         array_agg(tenant_id), array_agg(visible_at_ms)) FROM r";
