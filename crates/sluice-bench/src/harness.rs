@@ -36,6 +36,11 @@ pub(crate) struct Tuning {
     /// Let the dispatcher size its pool from live load (`--concurrency auto`) unless the
     /// command line fixes it.
     pub auto_concurrency: bool,
+    /// The embedded database's directory (default: a fresh one, removed at stop); a store
+    /// written before the start, kept after the stop.
+    pub data_dir: Option<std::path::PathBuf>,
+    /// How long delivered history is kept (`--retention`; default sluice's).
+    pub retention: Option<String>,
 }
 
 impl Sluice {
@@ -78,6 +83,8 @@ impl Sluice {
             admin_token: Some(admin_token.clone()),
             // A bench phase ends with attempts still hanging on a blackhole: do not wait 20 s.
             drain_grace: Some("1s".into()),
+            data_dir: tuning.data_dir.clone(),
+            retention: tuning.retention.clone(),
             ..Default::default()
         };
         let embedded = Embedded::try_start(settings)

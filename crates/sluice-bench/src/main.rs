@@ -20,7 +20,7 @@
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
-//!   [`tenants`], [`tls`], [`rate_limited`], [`soak`] (with [`pgproxy`], the database proxy that
+//!   [`tenants`], [`tls`], [`rate_limited`], [`history`], [`soak`] (with [`pgproxy`], the database proxy that
 //!   freezes and drops connections); [`procs`]: the `sluice serve` and `redis-server`
 //!   processes of a fleet; [`stage`]: the sluice a phase drives, in this process or on such a
 //!   fleet (`--dispatchers`).
@@ -34,6 +34,7 @@ mod fifo;
 mod fleet;
 mod flood;
 mod harness;
+mod history;
 mod load;
 mod pgproxy;
 mod phase;
@@ -107,6 +108,10 @@ pub enum Scenario {
     /// Redis killed and started empty, under steady load with producers retrying on the same
     /// Idempotency-Key; loss, duplicates, exits, the lane bound and each fault's tail.
     Soak,
+    /// The standard burst into an empty store, into one holding `--history N` delivered
+    /// messages spread over 30 days, and into the same while the retention purge runs:
+    /// throughput, claim time, store CPU and table sizes against the empty store's.
+    History,
 }
 
 impl Scenario {
@@ -126,6 +131,7 @@ impl Scenario {
             Scenario::Tenants => "tenants",
             Scenario::Tls => "tls",
             Scenario::Soak => "soak",
+            Scenario::History => "history",
         }
     }
 }
@@ -242,6 +248,10 @@ pub struct BenchArgs {
     /// the store, never sent to): what registered-but-idle endpoints cost.
     #[arg(long)]
     pub registered: Option<u64>,
+    /// history: delivered messages (each with its delivery and attempt) written to the store
+    /// before the burst, spread over the last 30 days (default 10,000,000).
+    #[arg(long)]
+    pub history: Option<u64>,
     /// soak: the seed of the fault schedule (the same seed and duration give the same faults
     /// at the same times; default 23).
     #[arg(long)]
@@ -341,6 +351,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Tenants => tenants::run(&args).await?,
         Scenario::Tls => tls::run(&args).await?,
         Scenario::Soak => soak::run(&args).await?,
+        Scenario::History => history::run(&args).await?,
     };
     if args.json {
         println!("{}", report.json());

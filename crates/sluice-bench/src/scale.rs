@@ -36,18 +36,35 @@ struct Row {
     endpoints: usize,
     setup_s: f64,
     register_s: Option<f64>,
-    ingest_per_s: f64,
-    delivery_per_s: f64,
-    cpu_ms_per_delivery: Option<f64>,
-    store_cpu_ms_per_delivery: Option<f64>,
-    claim_p50_ms: Option<f64>,
-    claim_p99_ms: Option<f64>,
-    claims: f64,
-    e2e_p50_ms: Option<f64>,
-    e2e_p99_ms: Option<f64>,
-    rss_start_mib: Option<f64>,
-    rss_peak_mib: Option<f64>,
-    undelivered: u64,
+    burst: Burst,
+}
+
+/// What one burst measured, from its first POST to its last delivery.
+pub(crate) struct Burst {
+    pub ingest_per_s: f64,
+    pub delivery_per_s: f64,
+    pub cpu_ms_per_delivery: Option<f64>,
+    pub store_cpu_ms_per_delivery: Option<f64>,
+    pub claim_p50_ms: Option<f64>,
+    pub claim_p99_ms: Option<f64>,
+    pub claims: f64,
+    pub e2e_p50_ms: Option<f64>,
+    pub e2e_p99_ms: Option<f64>,
+    pub rss_start_mib: Option<f64>,
+    pub rss_peak_mib: Option<f64>,
+    pub undelivered: u64,
+}
+
+/// A burst to send: `messages` from `producers` closed-loop producers of the tenant `token`,
+/// cycling through event types `e.0` … `e.{types - 1}`, each reaching `fan_out` endpoints on
+/// the receiver that times into `timeline`.
+pub(crate) struct BurstPlan {
+    pub token: String,
+    pub types: usize,
+    pub fan_out: usize,
+    pub messages: u64,
+    pub producers: usize,
+    pub timeline: Arc<Timeline>,
 }
 
 /// Run and report.
@@ -82,7 +99,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         if !args.json {
             eprintln!(
                 "scale: {n} endpoints: {:.0} deliveries/s, {:.0} messages/s ingested",
-                row.delivery_per_s, row.ingest_per_s
+                row.burst.delivery_per_s, row.burst.ingest_per_s
             );
         }
         rows.push(row);
@@ -110,31 +127,31 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         report.figure(
             &key("ingest_per_s"),
             &label("ingest, messages/s"),
-            Some(row.ingest_per_s),
+            Some(row.burst.ingest_per_s),
             "/s",
         );
         report.figure(
             &key("delivery_per_s"),
             &label("deliveries/s, first POST to last delivery"),
-            Some(row.delivery_per_s),
+            Some(row.burst.delivery_per_s),
             "/s",
         );
         report.figure(
             &key("delivery_vs_first"),
             &label(&format!("deliveries/s ÷ {}'s", base.endpoints)),
-            Some(row.delivery_per_s / base.delivery_per_s),
+            Some(row.burst.delivery_per_s / base.burst.delivery_per_s),
             "×",
         );
         report.figure(
             &key("ingest_vs_first"),
             &label(&format!("ingest/s ÷ {}'s", base.endpoints)),
-            Some(row.ingest_per_s / base.ingest_per_s),
+            Some(row.burst.ingest_per_s / base.burst.ingest_per_s),
             "×",
         );
         report.figure(
             &key("cpu_ms_per_delivery"),
             &label("process CPU per delivery"),
-            row.cpu_ms_per_delivery,
+            row.burst.cpu_ms_per_delivery,
             "ms",
         );
         report.figure(
@@ -144,50 +161,55 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             } else {
                 "store CPU per delivery (SQLite driver threads)"
             }),
-            row.store_cpu_ms_per_delivery,
+            row.burst.store_cpu_ms_per_delivery,
             "ms",
         );
-        report.figure(&key("claims"), &label("claims made"), Some(row.claims), "");
+        report.figure(
+            &key("claims"),
+            &label("claims made"),
+            Some(row.burst.claims),
+            "",
+        );
         report.figure(
             &key("claim_p50_ms"),
             &label("claim p50"),
-            row.claim_p50_ms,
+            row.burst.claim_p50_ms,
             "ms",
         );
         report.figure(
             &key("claim_p99_ms"),
             &label("claim p99"),
-            row.claim_p99_ms,
+            row.burst.claim_p99_ms,
             "ms",
         );
         report.figure(
             &key("e2e_p50_ms"),
             &label("enqueue→delivery p50"),
-            row.e2e_p50_ms,
+            row.burst.e2e_p50_ms,
             "ms",
         );
         report.figure(
             &key("e2e_p99_ms"),
             &label("enqueue→delivery p99"),
-            row.e2e_p99_ms,
+            row.burst.e2e_p99_ms,
             "ms",
         );
         report.figure(
             &key("rss_start_mib"),
             &label("RSS before the burst (endpoints registered)"),
-            row.rss_start_mib,
+            row.burst.rss_start_mib,
             "MiB",
         );
         report.figure(
             &key("rss_peak_mib"),
             &label("RSS, highest sample during the burst"),
-            row.rss_peak_mib,
+            row.burst.rss_peak_mib,
             "MiB",
         );
         report.figure(
             &key("undelivered"),
             &label("deliveries missing at the end"),
-            Some(row.undelivered as f64),
+            Some(row.burst.undelivered as f64),
             "",
         );
     }
@@ -211,8 +233,8 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             "rates",
             "per second",
             vec![
-                line("deliveries/s", &|r| Some(r.delivery_per_s)),
-                line("messages ingested/s", &|r| Some(r.ingest_per_s)),
+                line("deliveries/s", &|r| Some(r.burst.delivery_per_s)),
+                line("messages ingested/s", &|r| Some(r.burst.ingest_per_s)),
             ],
         )
         .over(axis),
@@ -220,9 +242,9 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             "cost per delivery and per claim",
             "ms (log)",
             vec![
-                line("CPU per delivery", &|r| r.cpu_ms_per_delivery),
-                line("claim p50", &|r| r.claim_p50_ms),
-                line("claim p99", &|r| r.claim_p99_ms),
+                line("CPU per delivery", &|r| r.burst.cpu_ms_per_delivery),
+                line("claim p50", &|r| r.burst.claim_p50_ms),
+                line("claim p99", &|r| r.burst.claim_p99_ms),
             ],
         )
         .over(axis),
@@ -230,8 +252,8 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             "resident memory",
             "MiB",
             vec![
-                line("before the burst", &|r| r.rss_start_mib),
-                line("peak during it", &|r| r.rss_peak_mib),
+                line("before the burst", &|r| r.burst.rss_start_mib),
+                line("peak during it", &|r| r.burst.rss_peak_mib),
             ],
         )
         .over(axis),
@@ -282,6 +304,44 @@ async fn one(
         .context("create endpoints")?;
     let setup_s = setup.elapsed().as_secs_f64();
 
+    let burst = burst(
+        args,
+        &sluice,
+        BurstPlan {
+            token,
+            types,
+            fan_out,
+            messages,
+            producers,
+            timeline,
+        },
+    )
+    .await;
+    sluice.stop().await;
+    drop(rx);
+    Ok(Row {
+        endpoints,
+        setup_s,
+        register_s,
+        burst: burst?,
+    })
+}
+
+/// Send one burst to a running sluice and measure it until every delivery it asks for has
+/// arrived (or [`DRAIN_LIMIT`] has passed).
+pub(crate) async fn burst(
+    args: &BenchArgs,
+    sluice: &Sluice,
+    plan: BurstPlan,
+) -> anyhow::Result<Burst> {
+    let BurstPlan {
+        token,
+        types,
+        fan_out,
+        messages,
+        producers,
+        timeline,
+    } = plan;
     let expected = messages * fan_out as u64;
     let api = Api {
         http: sluice.http.clone(),
@@ -324,8 +384,6 @@ async fn one(
     let _ = load.await;
     let ingest_s = ingest_s.unwrap_or(total_s);
     let claims_after = sluice.scrape().await?;
-    sluice.stop().await;
-    drop(rx);
 
     let claim = claims_after
         .histogram("sluice_claim_duration_seconds")
@@ -333,10 +391,7 @@ async fn one(
         .map(|(after, before)| after.delta(&before));
     let delivered = timeline.delivered_total(0);
     let latency = timeline.latency_from(0, 0);
-    Ok(Row {
-        endpoints,
-        setup_s,
-        register_s,
+    Ok(Burst {
         ingest_per_s: timeline.accepted(0) as f64 / ingest_s,
         delivery_per_s: delivered as f64 / total_s,
         cpu_ms_per_delivery: cpu.map(|c| c * 1000.0 / delivered.max(1) as f64),
