@@ -231,8 +231,8 @@ impl Store for Bounded {
             .await
     }
 
-    async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
-        self.maintain(self.inner.purge(before_ms, limit)).await
+    async fn purge(&self, request: &PurgeRequest) -> StoreResult<PurgeReport> {
+        self.maintain(self.inner.purge(request)).await
     }
 
     async fn list_deliveries(&self, filter: &DeliveryFilter) -> StoreResult<Vec<DeliveryView>> {

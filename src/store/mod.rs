@@ -201,10 +201,14 @@ pub trait Store: Send + Sync + 'static {
         let _ = (now_ms, dead_after_ms);
         Ok(0)
     }
-    /// Retention: delete up to `limit` delivered deliveries last changed before `before_ms`
-    /// (with their attempts), then messages older than that with no deliveries left. Ready,
-    /// leased and dead-lettered deliveries are never purged. Returns deliveries deleted.
-    async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64>;
+    /// Retention, one batch: delete up to `limit` delivered deliveries last changed before
+    /// `before_ms` (with their attempts), taken in message id order from `after`, then the
+    /// messages created before `before_ms` in the id range the batch covered that have no
+    /// delivery left (whose last delivery just went, or that never had one). Ready, leased and
+    /// dead-lettered deliveries are never purged. Message ids sort by creation time, so a pass
+    /// reaches only history through the message index, never the recent rows, and each batch
+    /// starts where the last ended (a table scan per batch cost seconds with months of history).
+    async fn purge(&self, request: &PurgeRequest) -> StoreResult<PurgeReport>;
 
     // ---- deliveries, attempts, dead letters -----------------------------------------------
 

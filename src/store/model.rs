@@ -511,6 +511,31 @@ pub struct ReapReport {
     pub dead: u64,
 }
 
+/// One batch of retention: delivered history last changed before `before_ms`, walked in
+/// message id order (ids sort by creation time) from `after` on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PurgeRequest {
+    /// Delete delivered deliveries last changed before this instant, and messages created
+    /// before it that have no delivery left.
+    pub before_ms: i64,
+    /// At most this many deliveries.
+    pub limit: u32,
+    /// Start at this message id (inclusive); empty for the start of a pass. Each batch
+    /// returns where the next one starts.
+    pub after: String,
+}
+
+/// What one batch of retention deleted, and where the next batch starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PurgeReport {
+    /// Delivered deliveries deleted (with their attempts).
+    pub deliveries: u64,
+    /// Messages deleted: those whose last delivery went, and those that never had one.
+    pub messages: u64,
+    /// The message id the next batch starts at; `None` when this pass is done.
+    pub next: Option<String>,
+}
+
 /// Filter for listing deliveries.
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryFilter {

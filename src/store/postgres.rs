@@ -487,10 +487,10 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
+    async fn purge(&self, request: &PurgeRequest) -> StoreResult<PurgeReport> {
         let mut client = self.client().await?;
         let tx = maintenance(&mut client).await?;
-        let n = queries::purge(&tx, before_ms, limit).await?;
+        let n = queries::purge(&tx, request).await?;
         tx.commit().await.map_err(pg)?;
         Ok(n)
     }

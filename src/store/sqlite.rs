@@ -474,9 +474,9 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn purge(&self, before_ms: i64, limit: u32) -> StoreResult<u64> {
-        self.write(move |c| queries::purge(c, before_ms, limit))
-            .await
+    async fn purge(&self, request: &PurgeRequest) -> StoreResult<PurgeReport> {
+        let request = request.clone();
+        self.write(move |c| queries::purge(c, &request)).await
     }
 
     async fn reap(&self, now_ms: i64, max_expiries: u32) -> StoreResult<ReapReport> {

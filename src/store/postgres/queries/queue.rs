@@ -296,20 +296,27 @@ pub(in crate::store::postgres) async fn extend_lease(
 
 pub(in crate::store::postgres) async fn purge(
     c: &impl GenericClient,
-    before_ms: i64,
-    limit: u32,
-) -> StoreResult<u64> {
-    let ids: Vec<i64> = c
+    request: &PurgeRequest,
+) -> StoreResult<PurgeReport> {
+    let limit = i64::from(request.limit.max(1));
+    // Every message stored before `before_ms` has an id below this (ids are made before their
+    // rows are stored), and so has every delivery delivered before it.
+    let floor = crate::ids::time_floor("msg", request.before_ms);
+    let rows = c
         .query(
-            "SELECT id FROM deliveries WHERE state = 2 AND updated_at_ms < $1 LIMIT $2 \
-             FOR UPDATE SKIP LOCKED",
-            &[&before_ms, &i64::from(limit)],
+            "SELECT id, message_id FROM deliveries \
+             WHERE message_id >= $1 AND message_id < $2 AND state = 2 AND updated_at_ms < $3 \
+             ORDER BY message_id LIMIT $4 FOR UPDATE SKIP LOCKED",
+            &[&request.after, &floor, &request.before_ms, &limit],
         )
         .await
-        .map_err(pg)?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .map_err(pg)?;
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    // A full batch ends at its last message (which may keep deliveries past the limit: the
+    // next batch starts there); a short one covers the rest of the history.
+    let next: Option<String> = (rows.len() as i64 >= limit)
+        .then(|| rows.last().map(|r| r.get(1)))
+        .flatten();
     if !ids.is_empty() {
         c.execute("DELETE FROM attempts WHERE delivery_id = ANY($1)", &[&ids])
             .await
@@ -318,14 +325,30 @@ pub(in crate::store::postgres) async fn purge(
             .await
             .map_err(pg)?;
     }
-    c.execute(
-        "DELETE FROM messages m WHERE m.created_at_ms < $1 \
-         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
-        &[&before_ms],
-    )
-    .await
+    let messages = match &next {
+        Some(last) => {
+            c.execute(
+                "DELETE FROM messages m WHERE m.id >= $1 AND m.id <= $2 AND m.created_at_ms < $3 \
+                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
+                &[&request.after, last, &request.before_ms],
+            )
+            .await
+        }
+        None => {
+            c.execute(
+                "DELETE FROM messages m WHERE m.id >= $1 AND m.id < $2 AND m.created_at_ms < $3 \
+                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
+                &[&request.after, &floor, &request.before_ms],
+            )
+            .await
+        }
+    }
     .map_err(pg)?;
-    Ok(ids.len() as u64)
+    Ok(PurgeReport {
+        deliveries: ids.len() as u64,
+        messages,
+        next,
+    })
 }
 
 /// Expire now (one millisecond ago) the unexpired leases whose tokens carry one of `tags`

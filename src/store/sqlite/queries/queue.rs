@@ -213,37 +213,60 @@ pub(in crate::store::sqlite) fn extend_lease(
 
 pub(in crate::store::sqlite) fn purge(
     c: &Connection,
-    before_ms: i64,
-    limit: u32,
-) -> StoreResult<u64> {
-    let ids: Vec<i64> = {
+    request: &PurgeRequest,
+) -> StoreResult<PurgeReport> {
+    let limit = i64::from(request.limit.max(1));
+    // Every message stored before `before_ms` has an id below this (ids are made before their
+    // rows are stored), and so has every delivery delivered before it.
+    let floor = crate::ids::time_floor("msg", request.before_ms);
+    let rows: Vec<(i64, String)> = {
         let mut s = c
             .prepare_cached(
-                "SELECT id FROM deliveries WHERE state = 2 AND updated_at_ms < ?1 LIMIT ?2",
+                "SELECT id, message_id FROM deliveries INDEXED BY deliveries_message \
+                 WHERE message_id >= ?1 AND message_id < ?2 AND state = 2 AND updated_at_ms < ?3 \
+                 ORDER BY message_id LIMIT ?4",
             )
             .map_err(db)?;
         let rows = s
-            .query_map(params![before_ms, limit], |r| r.get(0))
+            .query_map(
+                params![request.after, floor, request.before_ms, limit],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(db)?;
         rows.collect::<Result<_, _>>().map_err(db)?
     };
+    // A full batch ends at its last message (which may keep deliveries past the limit: the
+    // next batch starts there); a short one covers the rest of the history.
+    let next = (rows.len() as i64 >= limit)
+        .then(|| rows.last().map(|(_, m)| m.clone()))
+        .flatten();
     let mut attempts = c
         .prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
         .map_err(db)?;
     let mut deliveries = c
         .prepare_cached("DELETE FROM deliveries WHERE id = ?1")
         .map_err(db)?;
-    for id in &ids {
+    for (id, _) in &rows {
         attempts.execute([id]).map_err(db)?;
         deliveries.execute([id]).map_err(db)?;
     }
-    c.execute(
-        "DELETE FROM messages WHERE created_at_ms < ?1 \
-         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = messages.id)",
-        [before_ms],
-    )
-    .map_err(db)?;
-    Ok(ids.len() as u64)
+    let upper = next.as_deref().unwrap_or(&floor);
+    let messages = c
+        .prepare_cached(if next.is_some() {
+            "DELETE FROM messages WHERE id >= ?1 AND id <= ?2 AND created_at_ms < ?3 \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = messages.id)"
+        } else {
+            "DELETE FROM messages WHERE id >= ?1 AND id < ?2 AND created_at_ms < ?3 \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = messages.id)"
+        })
+        .map_err(db)?
+        .execute(params![request.after, upper, request.before_ms])
+        .map_err(db)?;
+    Ok(PurgeReport {
+        deliveries: rows.len() as u64,
+        messages: messages as u64,
+        next,
+    })
 }
 
 /// FIFO endpoints whose head the reaper just dead-lettered as poison: due again when anything
