@@ -2,7 +2,8 @@
 //! created before the fan-out index existed are found through it after the upgrade, and take
 //! the TLS and OAuth2 settings added later (SQLite v7, PostgreSQL v9) and a rate limit (SQLite
 //! v8, PostgreSQL v10) and FIFO ordering (SQLite v10, PostgreSQL v12); a backlog from before
-//! tenant shares is served fairly, and a heartbeat from before heartbeats carried a tally
+//! tenant shares is served fairly beside a delivered history that stays readable and is purged
+//! by retention after the upgrade, and a heartbeat from before heartbeats carried a tally
 //! (SQLite v9, PostgreSQL v11) reads with a tally of 0.
 
 use sluice_testkit as support;
@@ -203,8 +204,35 @@ const BACKLOG: &[&str] = &[
      ('ep_quiet', 'ten_quiet', 'https://example.com/q', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 0, 0)",
 ];
 
+/// Delivered history written before the upgrade: messages of the busy tenant, each delivered
+/// once with one attempt, long ago.
+const HISTORY: i64 = 30;
+
+/// A history message's id as sluice made it at `ms`.
+fn history_id(ms: i64) -> String {
+    format!("{}0000000000000001", sluice::ids::time_floor("msg", ms))
+}
+
 fn backlog_rows() -> Vec<String> {
     let mut out = Vec::new();
+    for i in 0..HISTORY {
+        let (ms, id) = (1_000 + i, history_id(1_000 + i));
+        out.push(format!(
+            "INSERT INTO messages (id, tenant_id, event_type, payload, created_at_ms) \
+             VALUES ('{id}', 'ten_busy', 'a', '{{\"old\":{i}}}', {ms})"
+        ));
+        out.push(format!(
+            "INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, attempts, \
+             visible_at_ms, last_status, created_at_ms, updated_at_ms) \
+             VALUES ('{id}', 'ep_busy', 'ten_busy', 2, 1, {ms}, 200, {ms}, {})",
+            ms + 50
+        ));
+        out.push(format!(
+            "INSERT INTO attempts (delivery_id, started_at_ms, duration_ms, status, response) \
+             SELECT id, {}, 40, 200, 'ok' FROM deliveries WHERE message_id = '{id}'",
+            ms + 10
+        ));
+    }
     for (tenant, endpoint, n) in [("ten_busy", "ep_busy", 200), ("ten_quiet", "ep_quiet", 20)] {
         for i in 0..n {
             out.push(format!(
@@ -250,6 +278,58 @@ async fn check_backlog_served_fairly(store: SharedStore) {
         }
     }
     assert_eq!(seen.len(), 220, "the whole backlog is claimed");
+
+    // The history came through: counted, each delivery with its attempt, its payload readable.
+    assert_eq!(store.delivered_count().await.unwrap(), HISTORY as u64);
+    let delivered = store
+        .list_deliveries(&DeliveryFilter {
+            tenant_id: "ten_busy".into(),
+            state: Some(DeliveryState::Delivered),
+            limit: 1_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(delivered.len(), HISTORY as usize);
+    for d in &delivered {
+        let attempts = store.attempts("ten_busy", d.id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "{d:?}");
+        assert_eq!(attempts[0].status, Some(200));
+    }
+    let oldest = store.message("ten_busy", &history_id(1_000)).await.unwrap();
+    assert_eq!(oldest.payload, r#"{"old":0}"#);
+    // Retention reaches it: batches walk it all, and only it.
+    let mut request = PurgeRequest {
+        before_ms: now,
+        limit: 7,
+        after: String::new(),
+    };
+    let (mut deliveries, mut messages) = (0, 0);
+    loop {
+        let report = store.purge(&request).await.unwrap();
+        deliveries += report.deliveries;
+        messages += report.messages;
+        match report.next {
+            Some(next) => request.after = next,
+            None => break,
+        }
+    }
+    assert_eq!((deliveries, messages), (HISTORY as u64, HISTORY as u64));
+    assert_eq!(store.delivered_count().await.unwrap(), 0);
+    assert!(store.message("ten_busy", &history_id(1_000)).await.is_err());
+    let backlog = store
+        .list_deliveries(&DeliveryFilter {
+            tenant_id: "ten_busy".into(),
+            limit: 1_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        backlog.len(),
+        200,
+        "the busy tenant's backlog is left whole"
+    );
 
     // A heartbeat from before the tally reads as a dispatcher that has counted nothing yet.
     let old = store.heartbeats(0).await.unwrap();
