@@ -185,11 +185,16 @@ impl Endpoints {
         }
     }
 
+    /// Is this runtime's configuration older than [`CONFIG_TTL`]?
+    fn stale(rt: &EndpointRuntime) -> bool {
+        rt.state().loaded_at.elapsed() >= CONFIG_TTL
+    }
+
     /// The endpoint, with its configuration refreshed from the store when stale.
     pub(super) async fn get(&self, id: &str) -> Result<Arc<EndpointRuntime>, StoreError> {
         let existing = self.cached(id);
         if let Some(rt) = &existing
-            && rt.state().loaded_at.elapsed() < CONFIG_TTL
+            && !Self::stale(rt)
         {
             return Ok(rt.clone());
         }
@@ -203,6 +208,45 @@ impl Endpoints {
                 return Err(e);
             }
         };
+        Ok(self.apply(existing, endpoint))
+    }
+
+    /// Read in one store call the endpoints among `ids` (a claim's) that this dispatcher does
+    /// not know yet or knows stale, so each delivery's [`get`](Self::get) finds its endpoint
+    /// fresh: first contact with many endpoints costs one read per claim, not one per
+    /// endpoint. Those the read misses (deleted, or the store failed) are left to `get`.
+    pub(super) async fn load<'a>(&self, ids: impl Iterator<Item = &'a str>) {
+        let mut wanted: Vec<String> = Vec::new();
+        {
+            let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            for id in ids {
+                if map.get(id).is_none_or(|rt| Self::stale(rt)) {
+                    wanted.push(id.to_owned());
+                }
+            }
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.is_empty() {
+            return;
+        }
+        match self.store.endpoints_by_id(&wanted).await {
+            Ok(found) => {
+                for endpoint in found {
+                    let existing = self.cached(&endpoint.id);
+                    self.apply(existing, endpoint);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "endpoints not loaded with the claim"),
+        }
+    }
+
+    /// Build the runtime of a newly read endpoint, or refresh `existing` from it.
+    fn apply(
+        &self,
+        existing: Option<Arc<EndpointRuntime>>,
+        endpoint: Endpoint,
+    ) -> Arc<EndpointRuntime> {
         let now = Instant::now();
         let target = parse_target(&endpoint, &self.settings);
         let host = target
@@ -234,7 +278,7 @@ impl Endpoints {
                 s.breaker = Breaker::new(breaker_settings, now);
             }
             drop(s);
-            return Ok(rt);
+            return rt;
         }
         let rt = Arc::new(EndpointRuntime {
             id: endpoint.id.clone(),
@@ -265,7 +309,7 @@ impl Endpoints {
             }),
         });
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(map.entry(endpoint.id).or_insert(rt).clone())
+        map.entry(endpoint.id).or_insert(rt).clone()
     }
 }
 

@@ -67,6 +67,10 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
             }
         };
         let got = claimed.len();
+        // The batch's endpoints this process has not seen (or not lately) in one read.
+        ctx.endpoints
+            .load(claimed.iter().map(|d| d.endpoint_id.as_str()))
+            .await;
         for d in claimed {
             ctx.spawn(d);
         }

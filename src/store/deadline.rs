@@ -160,6 +160,10 @@ impl Store for Bounded {
         self.run(self.inner.endpoint(tenant, id)).await
     }
 
+    async fn endpoints_by_id(&self, ids: &[String]) -> StoreResult<Vec<Endpoint>> {
+        self.run(self.inner.endpoints_by_id(ids)).await
+    }
+
     async fn list_endpoints(
         &self,
         tenant: &str,

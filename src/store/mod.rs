@@ -137,6 +137,9 @@ pub trait Store: Send + Sync + 'static {
     async fn create_endpoints(&self, endpoints: &[Endpoint]) -> StoreResult<()>;
     /// An endpoint by id; `tenant` restricts it to one tenant (another tenant's id is NotFound).
     async fn endpoint(&self, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint>;
+    /// The endpoints among `ids` that exist, in no particular order: a dispatcher reads a
+    /// claim's endpoints it has not seen in one call.
+    async fn endpoints_by_id(&self, ids: &[String]) -> StoreResult<Vec<Endpoint>>;
     /// A tenant's endpoints in id order after `after`.
     async fn list_endpoints(
         &self,

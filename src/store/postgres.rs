@@ -178,6 +178,9 @@ impl PostgresStore {
         };
         store.migrate().await?;
         background::warn_without_autovacuum(&store.pool).await;
+        if background::grown(&store.pool).await {
+            store.first_analyze.skip();
+        }
         tokio::spawn(listen(
             config,
             store.signal.clone(),
@@ -380,6 +383,10 @@ impl Store for PostgresStore {
 
     async fn endpoint(&self, tenant: Option<&str>, id: &str) -> StoreResult<Endpoint> {
         queries::endpoint(&self.client().await?, tenant, id).await
+    }
+
+    async fn endpoints_by_id(&self, ids: &[String]) -> StoreResult<Vec<Endpoint>> {
+        queries::endpoints_by_id(&self.client().await?, ids).await
     }
 
     async fn list_endpoints(

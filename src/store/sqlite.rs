@@ -385,6 +385,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn endpoints_by_id(&self, ids: &[String]) -> StoreResult<Vec<Endpoint>> {
+        let ids = ids.to_vec();
+        self.read(move |c| queries::endpoints_by_id(c, &ids)).await
+    }
+
     async fn list_endpoints(
         &self,
         tenant: &str,

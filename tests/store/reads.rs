@@ -186,4 +186,36 @@ async fn check_queue_stats(store: SharedStore) {
     assert_eq!(ages.get(&late.id).copied().unwrap_or(0), 0, "{ages:?}");
 }
 
-support::drivers!(check_list_deliveries_and_attempts, check_queue_stats,);
+/// A claim's endpoints in one read: those that exist, whichever tenant owns them, each once.
+async fn check_endpoints_by_id(store: SharedStore) {
+    let (a, b) = (tenant(&store).await, tenant(&store).await);
+    let one = endpoint(&store, &a, &[]).await;
+    let two = endpoint(&store, &b, &["x"]).await;
+    endpoint(&store, &a, &[]).await;
+    let mut found = store
+        .endpoints_by_id(&[two.id.clone(), "ep_missing".into(), one.id.clone()])
+        .await
+        .unwrap();
+    found.sort_by(|x, y| x.id.cmp(&y.id));
+    let mut want = vec![
+        (one.id.clone(), a.id.clone()),
+        (two.id.clone(), b.id.clone()),
+    ];
+    want.sort();
+    let got: Vec<(String, String)> = found
+        .iter()
+        .map(|e| (e.id.clone(), e.tenant_id.clone()))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        found.iter().find(|e| e.id == two.id).unwrap().event_types,
+        ["x"]
+    );
+    assert!(store.endpoints_by_id(&[]).await.unwrap().is_empty());
+}
+
+support::drivers!(
+    check_list_deliveries_and_attempts,
+    check_queue_stats,
+    check_endpoints_by_id,
+);

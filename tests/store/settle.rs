@@ -328,3 +328,45 @@ async fn postgres_plans_made_on_a_young_queue_are_made_again_by_key() {
         "the same cached plan, once the store wrote 6,200 deliveries, finds rows by key:\n{grown}"
     );
 }
+
+/// A process that starts on a grown queue (statistics of thousands of deliveries) leaves its
+/// statistics to autovacuum: the first analysis is for young queues only, and on months of
+/// history it costs a second of the server's CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_process_starting_on_a_grown_queue_does_not_analyze_it() {
+    let Some(url) = support::fresh_postgres().await else {
+        return;
+    };
+    let watcher = support::postgres_client(&url).await;
+    let analyses = || async {
+        watcher
+            .query_one(
+                "SELECT coalesce(sum(analyze_count), 0)::bigint FROM pg_stat_user_tables \
+                 WHERE relname IN ('deliveries', 'messages', 'attempts')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    {
+        let young = support::postgres_store(&url).await;
+        let t = tenant(&young).await;
+        for _ in 0..10 {
+            endpoint(&young, &t, &[]).await;
+        }
+        enqueue_n(&young, &t, "a", 620, now_ms()).await;
+        // The young queue's first analysis: one of each table.
+        support::eventually(Duration::from_secs(30), || async { analyses().await >= 3 }).await;
+    }
+    let before = analyses().await;
+    let grown = support::postgres_store(&url).await;
+    let t = tenant(&grown).await;
+    for _ in 0..10 {
+        endpoint(&grown, &t, &[]).await;
+    }
+    enqueue_n(&grown, &t, "a", 620, now_ms()).await;
+    // The analysis would have started with the write that crossed 5,000; give it time to show.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(analyses().await, before, "no analysis of a grown queue");
+}

@@ -250,7 +250,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     }
     if let Some(purge) = phases.iter().find(|p| p.name == "purge") {
         let due = history * 10 / u64::try_from(SPAN_DAYS).unwrap_or(30);
-        report.note(&format!(
+        report.note(format!(
             "purge phase: retention {PURGE}, about {due} of the {history} history deliveries \
              older than it when sluice started; {} deleted by the end of the burst",
             history.saturating_sub(purge.history_left)

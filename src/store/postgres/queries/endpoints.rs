@@ -175,6 +175,24 @@ pub(in crate::store::postgres) async fn endpoint(
     }
 }
 
+pub(in crate::store::postgres) async fn endpoints_by_id(
+    c: &impl GenericClient,
+    ids: &[String],
+) -> StoreResult<Vec<Endpoint>> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM endpoints WHERE id = ANY($1)"
+        ))
+        .await
+        .map_err(pg)?;
+    Ok(c.query(&stmt, &[&ids])
+        .await
+        .map_err(pg)?
+        .iter()
+        .map(endpoint_row)
+        .collect())
+}
+
 pub(in crate::store::postgres) async fn list_endpoints(
     c: &impl GenericClient,
     tenant: &str,

@@ -126,6 +126,24 @@ pub(in crate::store::sqlite) fn endpoint(
     }
 }
 
+pub(in crate::store::sqlite) fn endpoints_by_id(
+    c: &Connection,
+    ids: &[String],
+) -> StoreResult<Vec<Endpoint>> {
+    let mut s = c
+        .prepare_cached(&format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM endpoints WHERE id = ?1"
+        ))
+        .map_err(db)?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(e) = s.query_row([id], endpoint_row).optional().map_err(db)? {
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
 pub(in crate::store::sqlite) fn list_endpoints(
     c: &Connection,
     tenant: &str,
