@@ -82,6 +82,9 @@ pub(super) struct EndpointRuntime {
     /// The same number on every dispatcher for this endpoint: which of them takes the odd slot of
     /// a fleet-wide lane ([`super::claim::Part`]).
     pub(super) spin: u32,
+    /// The claim-view generation in which it was found quiet (0: not quiet); see
+    /// [`Endpoints::for_view`].
+    quiet: std::sync::atomic::AtomicU64,
     state: Mutex<EndpointState>,
 }
 
@@ -117,6 +120,19 @@ impl EndpointRuntime {
             && s.breaker.is_idle(now)
     }
 
+    /// Nothing about it can narrow a claim until it is claimed again, while the claim view's
+    /// generation `generation` lasts: no delivery on its way or in flight, nothing holding it
+    /// back, no rate limit, room for a full share.
+    pub(super) fn set_quiet(&self, generation: u64) {
+        self.quiet
+            .store(generation, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Something happened to it (a claim, a configuration change): the claim view reads it again.
+    fn wake(&self) {
+        self.quiet.store(0, std::sync::atomic::Ordering::Release);
+    }
+
     /// Lock the mutable state (never held across an await).
     pub(super) fn state(&self) -> MutexGuard<'_, EndpointState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -128,7 +144,14 @@ pub(super) struct Endpoints {
     store: SharedStore,
     settings: Arc<DispatchSettings>,
     map: Mutex<HashMap<String, Arc<EndpointRuntime>>>,
+    /// The claim view's generation and what it was made for (see [`Self::for_view`]).
+    view: Mutex<(ViewKey, u64)>,
 }
+
+/// What a quiet endpoint's room depends on beside the endpoint itself: the pool's concurrency
+/// (the fairness ceiling on lanes) and this dispatcher's part of a fleet-wide lane (live
+/// dispatchers, rank).
+pub(super) type ViewKey = (u32, u32, u32);
 
 impl Endpoints {
     /// An empty registry.
@@ -137,7 +160,35 @@ impl Endpoints {
             store,
             settings,
             map: Mutex::new(HashMap::new()),
+            view: Mutex::new(((0, 0, 0), 1)),
         }
+    }
+
+    /// The claim view's generation for `key`: a new one whenever the key changes, so every
+    /// endpoint found quiet under the old key is read again.
+    pub(super) fn view_generation(&self, key: ViewKey) -> u64 {
+        let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
+        if view.0 != key {
+            *view = (key, view.1 + 1);
+        }
+        view.1
+    }
+
+    /// The endpoints a claim view must read in `generation`: all but those found quiet in it.
+    /// A quiet endpoint adds nothing to the view (no exclusion, no narrowed room, nothing
+    /// held for its tenant), and stays so until it is claimed or its configuration changes
+    /// (both wake it), so a claim costs what the active endpoints cost, not every endpoint
+    /// this dispatcher remembers (100,000 endpoints touched once each made every claim read
+    /// them all). What may change for a quiet endpoint unseen (an attempt that ends just after
+    /// it was found quiet opens its breaker) is caught at admission, which checks again.
+    pub(super) fn for_view(&self, generation: u64) -> Vec<Arc<EndpointRuntime>> {
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|rt| rt.quiet.load(std::sync::atomic::Ordering::Acquire) != generation)
+            .cloned()
+            .collect()
     }
 
     /// Every known endpoint.
@@ -181,6 +232,7 @@ impl Endpoints {
     /// Forget the cached configuration so the next delivery re-reads it.
     pub(super) fn invalidate(&self, id: &str) {
         if let Some(rt) = self.cached(id) {
+            rt.wake();
             rt.state().loaded_at = Instant::now() - CONFIG_TTL * 2;
         }
     }
@@ -287,6 +339,7 @@ impl Endpoints {
             fleet: Arc::default(),
             spin: spin(&endpoint.id),
             pending: std::sync::atomic::AtomicU32::new(0),
+            quiet: std::sync::atomic::AtomicU64::new(0),
             state: Mutex::new(EndpointState {
                 target,
                 enabled: endpoint.enabled,
@@ -461,6 +514,7 @@ impl Pending {
     pub(super) fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
         if let Some(rt) = &endpoint {
             rt.pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            rt.wake();
         }
         Self(endpoint)
     }
@@ -543,5 +597,35 @@ mod tests {
         // The next delivery builds a fresh runtime.
         assert!(registry.get(&id).await.is_ok());
         assert_eq!(registry.len(), 1);
+    }
+
+    /// A quiet endpoint is left out of claim views until it is claimed, its configuration
+    /// changes or what its room depends on changes; the batch read loads a claim's endpoints.
+    #[tokio::test]
+    async fn quiet_endpoints_are_read_again_once_something_happens_to_them() {
+        let (registry, id, _dir) = registry().await;
+        registry.load([id.as_str(), "ep_missing"].into_iter()).await;
+        assert_eq!(
+            registry.len(),
+            1,
+            "the batch read found the one that exists"
+        );
+        let rt = registry.cached(&id).unwrap();
+        let view = |generation| registry.for_view(generation).len();
+        let first = registry.view_generation((64, 1, 0));
+        assert_eq!(registry.view_generation((64, 1, 0)), first);
+        assert_eq!(view(first), 1);
+        rt.set_quiet(first);
+        assert_eq!(view(first), 0, "quiet: left out");
+        // Claimed: read again (while on its way, and after).
+        drop(Pending::new(Some(rt.clone())));
+        assert_eq!(view(first), 1);
+        rt.set_quiet(first);
+        registry.invalidate(&id);
+        assert_eq!(view(first), 1, "its configuration changed");
+        rt.set_quiet(first);
+        let second = registry.view_generation((32, 1, 0));
+        assert_ne!(second, first);
+        assert_eq!(view(second), 1, "the pool's concurrency changed");
     }
 }

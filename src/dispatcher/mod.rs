@@ -118,9 +118,24 @@ impl Ctx {
     fn claim_view(&self, per_endpoint: u32, limit: u32) -> ClaimView {
         let now = Instant::now();
         let concurrency = self.concurrency();
+        let part = |spin| {
+            self.fleet
+                .lanes
+                .as_ref()
+                .map_or(claim::Part::WHOLE, |l| claim::Part {
+                    of: l.live_dispatchers(),
+                    rank: l.rank(),
+                    spin,
+                })
+        };
+        let whole = part(0);
+        let generation = self
+            .endpoints
+            .view_generation((concurrency, whole.of, whole.rank));
         let mut view = ClaimView::default();
-        let mut held: HashMap<String, u32> = HashMap::new();
-        for rt in self.endpoints.all() {
+        let endpoints = self.endpoints.for_view(generation);
+        let mut held: HashMap<&str, u32> = HashMap::new();
+        for rt in &endpoints {
             let s = rt.state();
             let held_back = crate::admission::governor::is_paused(&s.governor, now)
                 || matches!(s.breaker.state(),
@@ -136,23 +151,18 @@ impl Ctx {
                 service: s.service_ewma,
                 taken,
                 turns,
-                part: self
-                    .fleet
-                    .lanes
-                    .as_ref()
-                    .map_or(claim::Part::WHOLE, |l| claim::Part {
-                        of: l.live_dispatchers(),
-                        rank: l.rank(),
-                        spin: rt.spin,
-                    }),
+                part: part(rt.spin),
             };
             drop(s);
             if taken > 0 {
-                *held.entry(rt.tenant_id.clone()).or_default() += taken;
+                *held.entry(rt.tenant_id.as_str()).or_default() += taken;
             }
             match claim::room(load, per_endpoint, self.settings.lane_deadline) {
                 claim::Room::Skip => view.exclude.push(rt.id.clone()),
                 claim::Room::Up(n) => view.room.push((rt.id.clone(), n)),
+                claim::Room::Full if taken == 0 && !held_back && turns.is_none() => {
+                    rt.set_quiet(generation);
+                }
                 claim::Room::Full => {}
             }
         }
@@ -160,7 +170,7 @@ impl Ctx {
         let shares = held.iter().map(|(tenant, &holds)| {
             let policy = self.tenants.policy(tenant);
             let (_, share) = tenants::in_force(policy, weight, max_share);
-            (tenant.as_str(), holds, share)
+            (*tenant, holds, share)
         });
         view.tenant_room = tenants::rooms(shares, concurrency, limit);
         view

@@ -204,7 +204,8 @@ pub trait Store: Send + Sync + 'static {
         let _ = (now_ms, dead_after_ms);
         Ok(0)
     }
-    /// Retention, one batch: delete up to `limit` delivered deliveries last changed before
+    /// Retention, one batch: delete up to `limit` (SQLite: at most 64, its one writer waits for
+    /// nothing else meanwhile) delivered deliveries last changed before
     /// `before_ms` (with their attempts), taken in message id order from `after`, then the
     /// messages created before `before_ms` in the id range the batch covered that have no
     /// delivery left (whose last delivery just went, or that never had one). Ready, leased and
