@@ -1,7 +1,7 @@
 //! The dispatcher's live view of each endpoint: its parsed target, lane, governor, breaker and
 //! rolling statistics. Configuration is re-read from the store at most every few seconds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -82,9 +82,8 @@ pub(super) struct EndpointRuntime {
     /// The same number on every dispatcher for this endpoint: which of them takes the odd slot of
     /// a fleet-wide lane ([`super::claim::Part`]).
     pub(super) spin: u32,
-    /// The claim-view generation in which it was found quiet (0: not quiet); see
-    /// [`Endpoints::for_view`].
-    quiet: std::sync::atomic::AtomicU64,
+    /// In the registry's awake set: claim views read it (see [`Endpoints::for_view`]).
+    awake: std::sync::atomic::AtomicBool,
     state: Mutex<EndpointState>,
 }
 
@@ -120,19 +119,6 @@ impl EndpointRuntime {
             && s.breaker.is_idle(now)
     }
 
-    /// Nothing about it can narrow a claim until it is claimed again, while the claim view's
-    /// generation `generation` lasts: no delivery on its way or in flight, nothing holding it
-    /// back, no rate limit, room for a full share.
-    pub(super) fn set_quiet(&self, generation: u64) {
-        self.quiet
-            .store(generation, std::sync::atomic::Ordering::Release);
-    }
-
-    /// Something happened to it (a claim, a configuration change): the claim view reads it again.
-    fn wake(&self) {
-        self.quiet.store(0, std::sync::atomic::Ordering::Release);
-    }
-
     /// Lock the mutable state (never held across an await).
     pub(super) fn state(&self) -> MutexGuard<'_, EndpointState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -144,8 +130,10 @@ pub(super) struct Endpoints {
     store: SharedStore,
     settings: Arc<DispatchSettings>,
     map: Mutex<HashMap<String, Arc<EndpointRuntime>>>,
-    /// The claim view's generation and what it was made for (see [`Self::for_view`]).
-    view: Mutex<(ViewKey, u64)>,
+    /// The endpoints claim views read (see [`Self::for_view`]).
+    awake: Mutex<HashSet<String>>,
+    /// What the quiet endpoints were found quiet under (see [`Self::view_key`]).
+    key: Mutex<ViewKey>,
 }
 
 /// What a quiet endpoint's room depends on beside the endpoint itself: the pool's concurrency
@@ -160,35 +148,73 @@ impl Endpoints {
             store,
             settings,
             map: Mutex::new(HashMap::new()),
-            view: Mutex::new(((0, 0, 0), 1)),
+            awake: Mutex::new(HashSet::new()),
+            key: Mutex::new((0, 0, 0)),
         }
     }
 
-    /// The claim view's generation for `key`: a new one whenever the key changes, so every
-    /// endpoint found quiet under the old key is read again.
-    pub(super) fn view_generation(&self, key: ViewKey) -> u64 {
-        let mut view = self.view.lock().unwrap_or_else(|p| p.into_inner());
-        if view.0 != key {
-            *view = (key, view.1 + 1);
+    /// Something happened to the endpoint (a claim, a configuration change): claim views read
+    /// it again.
+    fn wake(&self, rt: &EndpointRuntime) {
+        if !rt.awake.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.awake
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(rt.id.clone());
         }
-        view.1
     }
 
-    /// The endpoints a claim view must read in `generation`: all but those found quiet in it.
-    /// A quiet endpoint adds nothing to the view (no exclusion, no narrowed room, nothing
-    /// held for its tenant), and stays so until it is claimed or its configuration changes
-    /// (both wake it), so a claim costs what the active endpoints cost, not every endpoint
-    /// this dispatcher remembers (100,000 endpoints touched once each made every claim read
-    /// them all). What may change for a quiet endpoint unseen (an attempt that ends just after
-    /// it was found quiet opens its breaker) is caught at admission, which checks again.
-    pub(super) fn for_view(&self, generation: u64) -> Vec<Arc<EndpointRuntime>> {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|rt| rt.quiet.load(std::sync::atomic::Ordering::Acquire) != generation)
-            .cloned()
-            .collect()
+    /// What the quiet endpoints' rooms depend on beside themselves is now `key`: when it
+    /// changed, every endpoint is read again.
+    pub(super) fn view_key(&self, key: ViewKey) {
+        let mut current = self.key.lock().unwrap_or_else(|p| p.into_inner());
+        if *current != key {
+            *current = key;
+            drop(current);
+            for rt in self.all() {
+                self.wake(&rt);
+            }
+        }
+    }
+
+    /// The endpoints a claim view must read: the awake ones. An endpoint found quiet
+    /// ([`rest`](Self::rest)) adds nothing to the view (no exclusion, no narrowed room,
+    /// nothing held for its tenant) and stays so until it is claimed, its configuration
+    /// changes or the [`view_key`](Self::view_key) does (each wakes it), so a claim costs what
+    /// the active endpoints cost, not every endpoint this dispatcher remembers (100,000
+    /// endpoints touched once each made every claim read them all). What may change for a
+    /// quiet endpoint unseen (an attempt that ends just after it was found quiet opens its
+    /// breaker) is caught at admission, which checks again.
+    pub(super) fn for_view(&self) -> Vec<Arc<EndpointRuntime>> {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut awake = self.awake.lock().unwrap_or_else(|p| p.into_inner());
+        // Forgotten endpoints leave the set here.
+        awake.retain(|id| map.contains_key(id));
+        awake.iter().filter_map(|id| map.get(id).cloned()).collect()
+    }
+
+    /// These endpoints were found quiet: nothing on its way or in flight, nothing holding them
+    /// back, no rate limit, room for a full share. Claim views leave them out until they wake.
+    pub(super) fn rest(&self, quiet: &[Arc<EndpointRuntime>]) {
+        if quiet.is_empty() {
+            return;
+        }
+        let mut awake = self.awake.lock().unwrap_or_else(|p| p.into_inner());
+        for rt in quiet {
+            // Under the set's lock: a wake now waits, then finds it asleep and puts it back.
+            rt.awake.store(false, std::sync::atomic::Ordering::Release);
+            awake.remove(&rt.id);
+        }
+    }
+
+    /// Count a claimed delivery on its way to `endpoint`'s lane (nothing for an endpoint not
+    /// seen yet); a claimed endpoint is awake.
+    pub(super) fn pending(&self, endpoint: &str) -> Pending {
+        let rt = self.cached(endpoint);
+        if let Some(rt) = &rt {
+            self.wake(rt);
+        }
+        Pending::new(rt)
     }
 
     /// Every known endpoint.
@@ -232,7 +258,7 @@ impl Endpoints {
     /// Forget the cached configuration so the next delivery re-reads it.
     pub(super) fn invalidate(&self, id: &str) {
         if let Some(rt) = self.cached(id) {
-            rt.wake();
+            self.wake(&rt);
             rt.state().loaded_at = Instant::now() - CONFIG_TTL * 2;
         }
     }
@@ -339,7 +365,7 @@ impl Endpoints {
             fleet: Arc::default(),
             spin: spin(&endpoint.id),
             pending: std::sync::atomic::AtomicU32::new(0),
-            quiet: std::sync::atomic::AtomicU64::new(0),
+            awake: std::sync::atomic::AtomicBool::new(true),
             state: Mutex::new(EndpointState {
                 target,
                 enabled: endpoint.enabled,
@@ -362,7 +388,14 @@ impl Endpoints {
             }),
         });
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry(endpoint.id).or_insert(rt).clone()
+        let rt = map.entry(endpoint.id).or_insert(rt).clone();
+        drop(map);
+        // A new endpoint is awake; `wake` would skip it (its flag starts set).
+        self.awake
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(rt.id.clone());
+        rt
     }
 }
 
@@ -514,7 +547,6 @@ impl Pending {
     pub(super) fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
         if let Some(rt) = &endpoint {
             rt.pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            rt.wake();
         }
         Self(endpoint)
     }
@@ -611,21 +643,27 @@ mod tests {
             "the batch read found the one that exists"
         );
         let rt = registry.cached(&id).unwrap();
-        let view = |generation| registry.for_view(generation).len();
-        let first = registry.view_generation((64, 1, 0));
-        assert_eq!(registry.view_generation((64, 1, 0)), first);
-        assert_eq!(view(first), 1);
-        rt.set_quiet(first);
-        assert_eq!(view(first), 0, "quiet: left out");
-        // Claimed: read again (while on its way, and after).
-        drop(Pending::new(Some(rt.clone())));
-        assert_eq!(view(first), 1);
-        rt.set_quiet(first);
+        let view = || registry.for_view().len();
+        registry.view_key((64, 1, 0));
+        assert_eq!(view(), 1, "a new endpoint is awake");
+        registry.rest(std::slice::from_ref(&rt));
+        assert_eq!(view(), 0, "quiet: left out");
+        registry.view_key((64, 1, 0));
+        assert_eq!(view(), 0, "the same key wakes nothing");
+        // Claimed: read again.
+        drop(registry.pending(&id));
+        assert_eq!(view(), 1);
+        assert_eq!(view(), 1, "awake until found quiet");
+        registry.rest(std::slice::from_ref(&rt));
         registry.invalidate(&id);
-        assert_eq!(view(first), 1, "its configuration changed");
-        rt.set_quiet(first);
-        let second = registry.view_generation((32, 1, 0));
-        assert_ne!(second, first);
-        assert_eq!(view(second), 1, "the pool's concurrency changed");
+        assert_eq!(view(), 1, "its configuration changed");
+        registry.rest(std::slice::from_ref(&rt));
+        registry.view_key((32, 1, 0));
+        assert_eq!(view(), 1, "the pool's concurrency changed");
+        // Forgotten: out of the awake set too.
+        drop(rt);
+        let later = Instant::now() + Duration::from_secs(3_600);
+        assert_eq!(registry.evict_idle(later), 1);
+        assert_eq!(view(), 0);
     }
 }

@@ -129,11 +129,10 @@ impl Ctx {
                 })
         };
         let whole = part(0);
-        let generation = self
-            .endpoints
-            .view_generation((concurrency, whole.of, whole.rank));
+        self.endpoints.view_key((concurrency, whole.of, whole.rank));
         let mut view = ClaimView::default();
-        let endpoints = self.endpoints.for_view(generation);
+        let endpoints = self.endpoints.for_view();
+        let mut quiet = Vec::new();
         let mut held: HashMap<&str, u32> = HashMap::new();
         for rt in &endpoints {
             let s = rt.state();
@@ -161,7 +160,7 @@ impl Ctx {
                 claim::Room::Skip => view.exclude.push(rt.id.clone()),
                 claim::Room::Up(n) => view.room.push((rt.id.clone(), n)),
                 claim::Room::Full if taken == 0 && !held_back && turns.is_none() => {
-                    rt.set_quiet(generation);
+                    quiet.push(rt.clone());
                 }
                 claim::Room::Full => {}
             }
@@ -173,6 +172,7 @@ impl Ctx {
             (*tenant, holds, share)
         });
         view.tenant_room = tenants::rooms(shares, concurrency, limit);
+        self.endpoints.rest(&quiet);
         view
     }
 
@@ -192,7 +192,7 @@ impl Ctx {
         let id = d.delivery_id;
         let token = d.lease_token;
         let leased_at = Instant::now();
-        let pending = endpoints::Pending::new(self.endpoints.cached(&d.endpoint_id));
+        let pending = self.endpoints.pending(&d.endpoint_id);
         // One span per delivery, claim to settle (`admit` and `attempt` inside it): debug level,
         // so at the default level neither it nor its fields cost anything.
         let span = tracing::debug_span!(
