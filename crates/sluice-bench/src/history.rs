@@ -113,58 +113,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             );
         }
         let b = &p.burst;
-        report.figure(
-            &key("delivery_per_s"),
-            &label("deliveries/s, first POST to last delivery"),
-            Some(b.delivery_per_s),
-            "/s",
-        );
-        report.figure(
-            &key("ingest_per_s"),
-            &label("ingest, messages/s"),
-            Some(b.ingest_per_s),
-            "/s",
-        );
-        report.figure(
-            &key("store_cpu_ms_per_delivery"),
-            &label(if args.database_url.is_some() {
-                "PostgreSQL server CPU per delivery"
-            } else {
-                "store CPU per delivery (SQLite driver threads)"
-            }),
-            b.store_cpu_ms_per_delivery,
-            "ms",
-        );
-        report.figure(
-            &key("cpu_ms_per_delivery"),
-            &label("process CPU per delivery"),
-            b.cpu_ms_per_delivery,
-            "ms",
-        );
-        report.figure(
-            &key("claim_p50_ms"),
-            &label("claim p50"),
-            b.claim_p50_ms,
-            "ms",
-        );
-        report.figure(
-            &key("claim_p99_ms"),
-            &label("claim p99"),
-            b.claim_p99_ms,
-            "ms",
-        );
-        report.figure(
-            &key("e2e_p99_ms"),
-            &label("enqueue→delivery p99"),
-            b.e2e_p99_ms,
-            "ms",
-        );
-        report.figure(
-            &key("rss_peak_mib"),
-            &label("RSS, highest sample during the burst"),
-            b.rss_peak_mib,
-            "MiB",
-        );
+        b.figures(&mut report, args, &key, &label);
         for (sizes, when) in [(&p.before, "before"), (&p.after, "after")] {
             for (table, heap, index) in &sizes.tables {
                 report.figure(
@@ -185,12 +134,6 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             &key("history_left"),
             &label("history deliveries left at the end"),
             Some(p.history_left as f64),
-            "",
-        );
-        report.figure(
-            &key("undelivered"),
-            &label("burst deliveries missing at the end"),
-            Some(b.undelivered as f64),
             "",
         );
         if p.name != "empty" {

@@ -55,6 +55,75 @@ pub(crate) struct Burst {
     pub undelivered: u64,
 }
 
+impl Burst {
+    /// Report the figures every burst has, under `key` and `label`.
+    pub(crate) fn figures(
+        &self,
+        report: &mut Report,
+        args: &BenchArgs,
+        key: &dyn Fn(&str) -> String,
+        label: &dyn Fn(&str) -> String,
+    ) {
+        let store_cpu = if args.database_url.is_some() {
+            "PostgreSQL server CPU per delivery"
+        } else {
+            "store CPU per delivery (SQLite driver threads)"
+        };
+        let figures: [(&str, &str, Option<f64>, &'static str); 12] = [
+            (
+                "ingest_per_s",
+                "ingest, messages/s",
+                Some(self.ingest_per_s),
+                "/s",
+            ),
+            (
+                "delivery_per_s",
+                "deliveries/s, first POST to last delivery",
+                Some(self.delivery_per_s),
+                "/s",
+            ),
+            (
+                "cpu_ms_per_delivery",
+                "process CPU per delivery",
+                self.cpu_ms_per_delivery,
+                "ms",
+            ),
+            (
+                "store_cpu_ms_per_delivery",
+                store_cpu,
+                self.store_cpu_ms_per_delivery,
+                "ms",
+            ),
+            ("claims", "claims made", Some(self.claims), ""),
+            ("claim_p50_ms", "claim p50", self.claim_p50_ms, "ms"),
+            ("claim_p99_ms", "claim p99", self.claim_p99_ms, "ms"),
+            ("e2e_p50_ms", "enqueue→delivery p50", self.e2e_p50_ms, "ms"),
+            ("e2e_p99_ms", "enqueue→delivery p99", self.e2e_p99_ms, "ms"),
+            (
+                "rss_start_mib",
+                "RSS before the burst",
+                self.rss_start_mib,
+                "MiB",
+            ),
+            (
+                "rss_peak_mib",
+                "RSS, highest sample during the burst",
+                self.rss_peak_mib,
+                "MiB",
+            ),
+            (
+                "undelivered",
+                "deliveries missing at the end",
+                Some(self.undelivered as f64),
+                "",
+            ),
+        ];
+        for (k, l, value, unit) in figures {
+            report.figure(&key(k), &label(l), value, unit);
+        }
+    }
+}
+
 /// A burst to send: `messages` from `producers` closed-loop producers of the tenant `token`,
 /// cycling through event types `e.0` … `e.{types - 1}`, each reaching `fan_out` endpoints on
 /// the receiver that times into `timeline`.
@@ -124,18 +193,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
                 "s",
             );
         }
-        report.figure(
-            &key("ingest_per_s"),
-            &label("ingest, messages/s"),
-            Some(row.burst.ingest_per_s),
-            "/s",
-        );
-        report.figure(
-            &key("delivery_per_s"),
-            &label("deliveries/s, first POST to last delivery"),
-            Some(row.burst.delivery_per_s),
-            "/s",
-        );
+        row.burst.figures(&mut report, args, &key, &label);
         report.figure(
             &key("delivery_vs_first"),
             &label(&format!("deliveries/s ÷ {}'s", base.endpoints)),
@@ -147,70 +205,6 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
             &label(&format!("ingest/s ÷ {}'s", base.endpoints)),
             Some(row.burst.ingest_per_s / base.burst.ingest_per_s),
             "×",
-        );
-        report.figure(
-            &key("cpu_ms_per_delivery"),
-            &label("process CPU per delivery"),
-            row.burst.cpu_ms_per_delivery,
-            "ms",
-        );
-        report.figure(
-            &key("store_cpu_ms_per_delivery"),
-            &label(if args.database_url.is_some() {
-                "PostgreSQL server CPU per delivery"
-            } else {
-                "store CPU per delivery (SQLite driver threads)"
-            }),
-            row.burst.store_cpu_ms_per_delivery,
-            "ms",
-        );
-        report.figure(
-            &key("claims"),
-            &label("claims made"),
-            Some(row.burst.claims),
-            "",
-        );
-        report.figure(
-            &key("claim_p50_ms"),
-            &label("claim p50"),
-            row.burst.claim_p50_ms,
-            "ms",
-        );
-        report.figure(
-            &key("claim_p99_ms"),
-            &label("claim p99"),
-            row.burst.claim_p99_ms,
-            "ms",
-        );
-        report.figure(
-            &key("e2e_p50_ms"),
-            &label("enqueue→delivery p50"),
-            row.burst.e2e_p50_ms,
-            "ms",
-        );
-        report.figure(
-            &key("e2e_p99_ms"),
-            &label("enqueue→delivery p99"),
-            row.burst.e2e_p99_ms,
-            "ms",
-        );
-        report.figure(
-            &key("rss_start_mib"),
-            &label("RSS before the burst (endpoints registered)"),
-            row.burst.rss_start_mib,
-            "MiB",
-        );
-        report.figure(
-            &key("rss_peak_mib"),
-            &label("RSS, highest sample during the burst"),
-            row.burst.rss_peak_mib,
-            "MiB",
-        );
-        report.figure(
-            &key("undelivered"),
-            &label("deliveries missing at the end"),
-            Some(row.burst.undelivered as f64),
-            "",
         );
     }
     report.note(
