@@ -328,20 +328,13 @@ pub(crate) async fn burst(
     sluice: &Sluice,
     plan: BurstPlan,
 ) -> anyhow::Result<Burst> {
-    let BurstPlan {
-        token,
-        types,
-        fan_out,
-        messages,
-        producers,
-        timeline,
-    } = plan;
+    let (messages, fan_out, timeline) = (plan.messages, plan.fan_out, plan.timeline);
     let expected = messages * fan_out as u64;
     let api = Api {
         http: sluice.http.clone(),
         url: sluice.messages_url().into(),
         timeline: timeline.clone(),
-        event_types: Some(types),
+        event_types: Some(plan.types),
     };
     let claims_before = sluice.scrape().await?;
     let store_cpu = StoreCpu::locate(args.database_url.as_deref(), sluice.embedded()).await;
@@ -351,9 +344,9 @@ pub(crate) async fn burst(
     timeline.restart();
     let started = Instant::now();
     let load = api.closed_loop(
-        vec![token],
+        vec![plan.token],
         0,
-        producers,
+        plan.producers,
         started + DRAIN_LIMIT,
         Some(messages),
     );
