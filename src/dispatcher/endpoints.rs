@@ -544,7 +544,7 @@ pub(super) struct Pending(Option<Arc<EndpointRuntime>>);
 
 impl Pending {
     /// Count one delivery for `endpoint` (nothing for an endpoint not seen yet).
-    pub(super) fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
+    fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
         if let Some(rt) = &endpoint {
             rt.pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }

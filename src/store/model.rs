@@ -525,6 +525,23 @@ pub struct PurgeRequest {
     pub after: String,
 }
 
+impl PurgeRequest {
+    /// The highest message id a batch reaches: every message stored before `before_ms` has an
+    /// id below it (ids are made before their rows are stored, and sort by the time they were
+    /// made), and so has every delivery delivered before it. No id equals it (it has no random
+    /// part), so "at or below" is "below".
+    pub fn id_ceiling(&self) -> String {
+        crate::ids::time_floor("msg", self.before_ms)
+    }
+
+    /// Where the messages a batch may delete end: at its last delivery's message when it was
+    /// full (`next`: that message may keep deliveries past the limit, and the next batch starts
+    /// there), else at the ceiling (the rest of the history).
+    pub fn messages_up_to(&self, next: Option<&String>) -> String {
+        next.cloned().unwrap_or_else(|| self.id_ceiling())
+    }
+}
+
 /// What one batch of retention deleted, and where the next batch starts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PurgeReport {

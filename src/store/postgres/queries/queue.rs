@@ -299,21 +299,21 @@ pub(in crate::store::postgres) async fn purge(
     request: &PurgeRequest,
 ) -> StoreResult<PurgeReport> {
     let limit = i64::from(request.limit.max(1));
-    // Every message stored before `before_ms` has an id below this (ids are made before their
-    // rows are stored), and so has every delivery delivered before it.
-    let floor = crate::ids::time_floor("msg", request.before_ms);
     let rows = c
         .query(
             "SELECT id, message_id FROM deliveries \
              WHERE message_id >= $1 AND message_id < $2 AND state = 2 AND updated_at_ms < $3 \
              ORDER BY message_id LIMIT $4 FOR UPDATE SKIP LOCKED",
-            &[&request.after, &floor, &request.before_ms, &limit],
+            &[
+                &request.after,
+                &request.id_ceiling(),
+                &request.before_ms,
+                &limit,
+            ],
         )
         .await
         .map_err(pg)?;
     let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-    // A full batch ends at its last message (which may keep deliveries past the limit: the
-    // next batch starts there); a short one covers the rest of the history.
     let next: Option<String> = (rows.len() as i64 >= limit)
         .then(|| rows.last().map(|r| r.get(1)))
         .flatten();
@@ -325,25 +325,18 @@ pub(in crate::store::postgres) async fn purge(
             .await
             .map_err(pg)?;
     }
-    let messages = match &next {
-        Some(last) => {
-            c.execute(
-                "DELETE FROM messages m WHERE m.id >= $1 AND m.id <= $2 AND m.created_at_ms < $3 \
-                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
-                &[&request.after, last, &request.before_ms],
-            )
-            .await
-        }
-        None => {
-            c.execute(
-                "DELETE FROM messages m WHERE m.id >= $1 AND m.id < $2 AND m.created_at_ms < $3 \
-                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
-                &[&request.after, &floor, &request.before_ms],
-            )
-            .await
-        }
-    }
-    .map_err(pg)?;
+    let messages = c
+        .execute(
+            "DELETE FROM messages m WHERE m.id >= $1 AND m.id <= $2 AND m.created_at_ms < $3 \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
+            &[
+                &request.after,
+                &request.messages_up_to(next.as_ref()),
+                &request.before_ms,
+            ],
+        )
+        .await
+        .map_err(pg)?;
     Ok(PurgeReport {
         deliveries: ids.len() as u64,
         messages,

@@ -221,9 +221,6 @@ pub(in crate::store::sqlite) fn purge(
     request: &PurgeRequest,
 ) -> StoreResult<PurgeReport> {
     let limit = i64::from(request.limit.clamp(1, PURGE_BATCH_MAX));
-    // Every message stored before `before_ms` has an id below this (ids are made before their
-    // rows are stored), and so has every delivery delivered before it.
-    let floor = crate::ids::time_floor("msg", request.before_ms);
     let rows: Vec<(i64, String)> = {
         let mut s = c
             .prepare_cached(
@@ -234,14 +231,17 @@ pub(in crate::store::sqlite) fn purge(
             .map_err(db)?;
         let rows = s
             .query_map(
-                params![request.after, floor, request.before_ms, limit],
+                params![
+                    request.after,
+                    request.id_ceiling(),
+                    request.before_ms,
+                    limit
+                ],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .map_err(db)?;
         rows.collect::<Result<_, _>>().map_err(db)?
     };
-    // A full batch ends at its last message (which may keep deliveries past the limit: the
-    // next batch starts there); a short one covers the rest of the history.
     let next = (rows.len() as i64 >= limit)
         .then(|| rows.last().map(|(_, m)| m.clone()))
         .flatten();
@@ -255,17 +255,17 @@ pub(in crate::store::sqlite) fn purge(
         attempts.execute([id]).map_err(db)?;
         deliveries.execute([id]).map_err(db)?;
     }
-    let upper = next.as_deref().unwrap_or(&floor);
     let messages = c
-        .prepare_cached(if next.is_some() {
+        .prepare_cached(
             "DELETE FROM messages WHERE id >= ?1 AND id <= ?2 AND created_at_ms < ?3 \
-             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = messages.id)"
-        } else {
-            "DELETE FROM messages WHERE id >= ?1 AND id < ?2 AND created_at_ms < ?3 \
-             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = messages.id)"
-        })
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = messages.id)",
+        )
         .map_err(db)?
-        .execute(params![request.after, upper, request.before_ms])
+        .execute(params![
+            request.after,
+            request.messages_up_to(next.as_ref()),
+            request.before_ms
+        ])
         .map_err(db)?;
     Ok(PurgeReport {
         deliveries: rows.len() as u64,
