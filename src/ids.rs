@@ -4,7 +4,9 @@
 use rand::{Rng, RngCore};
 use sha2::{Digest, Sha256};
 
-const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
+/// The base32 alphabet of ids' time and random parts (Crockford's, lower case): in ASCII order,
+/// so ids sort by the numbers they spell.
+pub const ALPHABET: &[u8; 32] = b"0123456789abcdefghjkmnpqrstvwxyz";
 
 /// A new id: `prefix_` + 10 characters of millisecond time + 16 random characters (base32),
 /// so ids sort by creation time and never collide in practice. Within one process they are

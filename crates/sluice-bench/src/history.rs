@@ -397,12 +397,12 @@ impl Place {
 /// Base32 (sluice's id alphabet) of `expr`'s low `chars × 5` bits, most significant first, as
 /// a SQL expression; `int` casts the shifted value for `substr` where the driver needs it.
 fn base32_sql(expr: &str, chars: u32, int: &str) -> String {
-    const ALPHABET: &str = "0123456789abcdefghjkmnpqrstvwxyz";
+    let alphabet = std::str::from_utf8(sluice::ids::ALPHABET).unwrap_or_default();
     (0..chars)
         .rev()
         .map(|i| {
             format!(
-                "substr('{ALPHABET}', ((({expr}) >> {}) & 31){int} + 1, 1)",
+                "substr('{alphabet}', ((({expr}) >> {}) & 31){int} + 1, 1)",
                 i * 5
             )
         })
