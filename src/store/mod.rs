@@ -269,6 +269,31 @@ pub trait Store: Send + Sync + 'static {
     async fn forget_heartbeats(&self, id: Option<&str>, before_ms: i64) -> StoreResult<u64>;
 }
 
+/// Per tenant, when its oldest due ready delivery became visible (`$1` is now; NULL when it
+/// has none due), for [`QueueStats::oldest_ready_age_ms`]; both drivers run it. It walks the
+/// ready index once per endpoint that has ready work (a loose index scan: each step the next
+/// endpoint id after the last), so it costs what is waiting, not what is registered: probing
+/// every enabled endpoint read a million idle ones on every `/metrics` scrape. Tenants with
+/// nothing ready come from the tenants table, so each keeps its gauge, at 0.
+pub(crate) const OLDEST_READY_BY_TENANT: &str = "WITH RECURSIVE r(id) AS ( \
+        SELECT (SELECT d.endpoint_id FROM deliveries d WHERE d.state = 0 \
+            ORDER BY d.endpoint_id LIMIT 1) \
+        UNION ALL \
+        SELECT (SELECT d.endpoint_id FROM deliveries d WHERE d.state = 0 AND d.endpoint_id > r.id \
+            ORDER BY d.endpoint_id LIMIT 1) FROM r WHERE r.id IS NOT NULL \
+    ), o AS MATERIALIZED ( \
+        SELECT t.tenant_id, MIN(t.oldest) AS oldest FROM ( \
+            SELECT (SELECT e.tenant_id FROM endpoints e WHERE e.id = r.id AND e.enabled) \
+                AS tenant_id, \
+                (SELECT min(d.visible_at_ms) FROM deliveries d WHERE d.state = 0 \
+                    AND d.endpoint_id = r.id AND d.visible_at_ms <= $1) AS oldest \
+            FROM r WHERE r.id IS NOT NULL) t \
+        WHERE t.tenant_id IS NOT NULL GROUP BY t.tenant_id \
+    ) \
+    SELECT tenant_id, oldest FROM o \
+    UNION ALL \
+    SELECT n.id, NULL FROM tenants n WHERE n.id NOT IN (SELECT tenant_id FROM o)";
+
 /// The column values one settlement writes to its delivery row.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SettleRow {

@@ -656,7 +656,8 @@ pub struct QueueStats {
     pub leased: u64,
     /// Dead-lettered and kept.
     pub dead: u64,
-    /// Per tenant: how long its oldest due ready delivery has waited (now − visible_at), ms.
+    /// Per tenant: how long its oldest due ready delivery has waited (now − visible_at), ms;
+    /// 0 when it has none due.
     pub oldest_ready_age_ms: Vec<(String, i64)>,
 }
 

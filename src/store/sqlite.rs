@@ -45,6 +45,15 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (12, include_str!("sql/sqlite_012_dead_letters.sql")),
 ];
 
+/// SQLite's own page cache, per connection, in KiB. The file's pages are in the operating
+/// system's cache as well, so a page missing here costs a copy, not a disk read. The writer's
+/// holds the queue's hot indexes (a smaller one cost throughput with a history of millions of
+/// rows); a reader's only what one API query touches, so readers keep a small one: at 64 MiB
+/// each, reads over a million registered endpoints left 63 MiB more resident in the process
+/// (see BENCHMARKS.md, "Scale with endpoints").
+const WRITER_CACHE_KIB: u32 = 64 * 1024;
+const READER_CACHE_KIB: u32 = 4 * 1024;
+
 /// Writes and reads that may wait for their thread before new ones are refused.
 const WRITE_QUEUE: usize = 4096;
 const READ_QUEUE: usize = 4096;
@@ -213,9 +222,14 @@ fn open_connection(
     } else {
         "NORMAL"
     };
+    let cache_kib = if read_only {
+        READER_CACHE_KIB
+    } else {
+        WRITER_CACHE_KIB
+    };
     let pragmas = format!(
         "PRAGMA busy_timeout = 5000; PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; \
-         PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY;"
+         PRAGMA cache_size = -{cache_kib}; PRAGMA temp_store = MEMORY;"
     );
     if !read_only {
         conn.pragma_update(None, "journal_mode", "WAL")

@@ -183,7 +183,25 @@ async fn check_queue_stats(store: SharedStore) {
     let stats = store.queue_stats(now + 1_000).await.unwrap();
     let ages: HashMap<String, i64> = stats.oldest_ready_age_ms.into_iter().collect();
     assert_eq!(ages.get(&busy.id), Some(&1_000), "{ages:?}");
-    assert_eq!(ages.get(&late.id).copied().unwrap_or(0), 0, "{ages:?}");
+    assert_eq!(ages.get(&late.id), Some(&0), "{ages:?}");
+
+    // Ages are read endpoint by endpoint from the ready index: a tenant's several endpoints
+    // give it their oldest, and a tenant with nothing ready is listed at 0.
+    let wide = tenant(&store).await;
+    let idle = tenant(&store).await;
+    for _ in 0..3 {
+        endpoint(&store, &wide, &[]).await;
+    }
+    endpoint(&store, &idle, &[]).await;
+    enqueue_n(&store, &wide, "a", 1, now + 2_000).await;
+    enqueue_n(&store, &wide, "a", 1, now + 5_000).await;
+    let stats = store.queue_stats(now + 7_000).await.unwrap();
+    assert_eq!(stats.ready, 2 + 6);
+    let ages: HashMap<String, i64> = stats.oldest_ready_age_ms.into_iter().collect();
+    assert_eq!(ages.get(&wide.id), Some(&5_000), "{ages:?}");
+    assert_eq!(ages.get(&busy.id), Some(&7_000), "{ages:?}");
+    assert_eq!(ages.get(&idle.id), Some(&0), "{ages:?}");
+    assert_eq!(ages.len(), 4, "one entry per tenant: {ages:?}");
 }
 
 /// A claim's endpoints in one read: those that exist, whichever tenant owns them, each once.

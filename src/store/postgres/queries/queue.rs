@@ -496,12 +496,7 @@ pub(in crate::store::postgres) async fn queue_stats(
         ..QueueStats::default()
     };
     for r in c
-        .query(
-            "SELECT e.tenant_id, MIN((SELECT MIN(d.visible_at_ms) FROM deliveries d \
-             WHERE d.state = 0 AND d.endpoint_id = e.id AND d.visible_at_ms <= $1)) \
-             FROM endpoints e WHERE e.enabled GROUP BY e.tenant_id",
-            &[&now_ms],
-        )
+        .query(crate::store::OLDEST_READY_BY_TENANT, &[&now_ms])
         .await
         .map_err(pg)?
     {

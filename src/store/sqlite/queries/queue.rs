@@ -399,13 +399,8 @@ pub(in crate::store::sqlite) fn queue_stats(
         dead: dead as u64,
         ..QueueStats::default()
     };
-    // One index probe per enabled endpoint: cost grows with endpoints, not with the backlog.
     let mut s = c
-        .prepare_cached(
-            "SELECT e.tenant_id, MIN((SELECT MIN(d.visible_at_ms) FROM deliveries d \
-             WHERE d.state = 0 AND d.endpoint_id = e.id AND d.visible_at_ms <= ?1)) \
-             FROM endpoints e WHERE e.enabled = 1 GROUP BY e.tenant_id",
-        )
+        .prepare_cached(crate::store::OLDEST_READY_BY_TENANT)
         .map_err(db)?;
     let rows = s
         .query_map([now_ms], |r| {
