@@ -47,10 +47,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
 
 /// SQLite's own page cache, per connection, in KiB. The file's pages are in the operating
 /// system's cache as well, so a page missing here costs a copy, not a disk read. The writer's
-/// holds the queue's hot indexes (a smaller one cost throughput with a history of millions of
-/// rows); a reader's only what one API query touches, so readers keep a small one: at 64 MiB
-/// each, reads over a million registered endpoints left 63 MiB more resident in the process
-/// (see BENCHMARKS.md, "Scale with endpoints").
+/// holds the queue's hot indexes, which every claim, settle and enqueue reads. A reader's
+/// holds what one API query touches, so it is small: what a reader has read stays resident
+/// up to its cache's size, for the life of the process.
 const WRITER_CACHE_KIB: u32 = 64 * 1024;
 const READER_CACHE_KIB: u32 = 4 * 1024;
 
