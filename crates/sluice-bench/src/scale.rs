@@ -53,6 +53,9 @@ pub(crate) struct Burst {
     pub rss_start_mib: Option<f64>,
     pub rss_peak_mib: Option<f64>,
     pub undelivered: u64,
+    /// How long a `/metrics` scrape took once the burst was delivered: what the gauges that
+    /// read the store cost per scrape with this store's endpoints and history.
+    pub scrape_ms: f64,
 }
 
 impl Burst {
@@ -69,7 +72,7 @@ impl Burst {
         } else {
             "store CPU per delivery (SQLite driver threads)"
         };
-        let figures: [(&str, &str, Option<f64>, &'static str); 12] = [
+        let figures: [(&str, &str, Option<f64>, &'static str); 13] = [
             (
                 "ingest_per_s",
                 "ingest, messages/s",
@@ -116,6 +119,12 @@ impl Burst {
                 "deliveries missing at the end",
                 Some(self.undelivered as f64),
                 "",
+            ),
+            (
+                "scrape_ms",
+                "a /metrics scrape after the burst",
+                Some(self.scrape_ms),
+                "ms",
             ),
         ];
         for (k, l, value, unit) in figures {
@@ -370,7 +379,9 @@ pub(crate) async fn burst(
     let store_cpu_s = store_cpu.seconds().zip(store0).map(|(b, a)| b - a);
     let _ = load.await;
     let ingest_s = ingest_s.unwrap_or(total_s);
+    let scrape_started = Instant::now();
     let claims_after = sluice.scrape().await?;
+    let scrape_ms = ms(scrape_started.elapsed());
 
     let claim = claims_after
         .histogram("sluice_claim_duration_seconds")
@@ -397,6 +408,7 @@ pub(crate) async fn burst(
         rss_start_mib,
         rss_peak_mib,
         undelivered: expected.saturating_sub(delivered),
+        scrape_ms,
     })
 }
 
