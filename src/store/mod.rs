@@ -269,6 +269,19 @@ pub trait Store: Send + Sync + 'static {
     async fn forget_heartbeats(&self, id: Option<&str>, before_ms: i64) -> StoreResult<u64>;
 }
 
+/// The queue's counts for [`QueueStats`] (ready, leased, dead); both drivers run it. Each
+/// count reads its state's partial index: the queue and the dead letters, never the delivered
+/// history beside them.
+pub(crate) const QUEUE_COUNTS: &str = "SELECT (SELECT count(*) FROM deliveries WHERE state = 0), \
+    (SELECT count(*) FROM deliveries WHERE state = 1), \
+    (SELECT count(*) FROM deliveries WHERE state = 3)";
+
+/// How long something visible since `visible_at_ms` has waited at `now_ms`: 0 when nothing
+/// is waiting or it became visible after `now_ms` (another process's clock).
+pub(crate) fn waited_ms(now_ms: i64, visible_at_ms: Option<i64>) -> i64 {
+    visible_at_ms.map_or(0, |t| (now_ms - t).max(0))
+}
+
 /// Per tenant, when its oldest due ready delivery became visible (`$1` is now; NULL when it
 /// has none due), for [`QueueStats::oldest_ready_age_ms`]; both drivers run it. It walks the
 /// ready index once per endpoint that has ready work (a loose index scan: each step the next

@@ -537,8 +537,8 @@ impl PurgeRequest {
     /// Where the messages a batch may delete end: at its last delivery's message when it was
     /// full (`next`: that message may keep deliveries past the limit, and the next batch starts
     /// there), else at the ceiling (the rest of the history).
-    pub fn messages_up_to(&self, next: Option<&String>) -> String {
-        next.cloned().unwrap_or_else(|| self.id_ceiling())
+    pub fn messages_up_to(&self, next: Option<&str>) -> String {
+        next.map_or_else(|| self.id_ceiling(), str::to_owned)
     }
 }
 

@@ -331,7 +331,7 @@ pub(in crate::store::postgres) async fn purge(
              AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.message_id = m.id)",
             &[
                 &request.after,
-                &request.messages_up_to(next.as_ref()),
+                &request.messages_up_to(next.as_deref()),
                 &request.before_ms,
             ],
         )
@@ -478,15 +478,8 @@ pub(in crate::store::postgres) async fn queue_stats(
     c: &impl GenericClient,
     now_ms: i64,
 ) -> StoreResult<QueueStats> {
-    // Each count reads its state's partial index: the queue and the dead letters, never the
-    // delivered history beside them.
     let r = c
-        .query_one(
-            "SELECT (SELECT count(*) FROM deliveries WHERE state = 0), \
-             (SELECT count(*) FROM deliveries WHERE state = 1), \
-             (SELECT count(*) FROM deliveries WHERE state = 3)",
-            &[],
-        )
+        .query_one(crate::store::QUEUE_COUNTS, &[])
         .await
         .map_err(pg)?;
     let mut stats = QueueStats {
@@ -503,7 +496,7 @@ pub(in crate::store::postgres) async fn queue_stats(
         let oldest: Option<i64> = r.get(1);
         stats
             .oldest_ready_age_ms
-            .push((r.get(0), oldest.map_or(0, |t| (now_ms - t).max(0))));
+            .push((r.get(0), crate::store::waited_ms(now_ms, oldest)));
     }
     Ok(stats)
 }

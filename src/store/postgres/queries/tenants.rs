@@ -127,7 +127,7 @@ pub(in crate::store::postgres) async fn tenant_backlog(
     let oldest: Option<i64> = row.get(1);
     Ok(TenantBacklog {
         due_endpoints: row.get::<_, i64>(0) as u64,
-        oldest_ready_age_ms: oldest.map_or(0, |t| (now_ms - t).max(0)),
+        oldest_ready_age_ms: crate::store::waited_ms(now_ms, oldest),
         tenants_due: row.get::<_, i64>(2) as u64,
     })
 }

@@ -263,7 +263,7 @@ pub(in crate::store::sqlite) fn purge(
         .map_err(db)?
         .execute(params![
             request.after,
-            request.messages_up_to(next.as_ref()),
+            request.messages_up_to(next.as_deref()),
             request.before_ms
         ])
         .map_err(db)?;
@@ -376,14 +376,8 @@ pub(in crate::store::sqlite) fn queue_stats(
     c: &Connection,
     now_ms: i64,
 ) -> StoreResult<QueueStats> {
-    // Each count reads its state's partial index: the queue and the dead letters, never the
-    // delivered history beside them.
     let (ready, leased, dead) = c
-        .prepare_cached(
-            "SELECT (SELECT COUNT(*) FROM deliveries WHERE state = 0), \
-             (SELECT COUNT(*) FROM deliveries WHERE state = 1), \
-             (SELECT COUNT(*) FROM deliveries WHERE state = 3)",
-        )
+        .prepare_cached(crate::store::QUEUE_COUNTS)
         .map_err(db)?
         .query_row([], |r| {
             Ok((
@@ -411,7 +405,7 @@ pub(in crate::store::sqlite) fn queue_stats(
         let (tenant, oldest) = row.map_err(db)?;
         stats
             .oldest_ready_age_ms
-            .push((tenant, oldest.map_or(0, |t| (now_ms - t).max(0))));
+            .push((tenant, crate::store::waited_ms(now_ms, oldest)));
     }
     Ok(stats)
 }

@@ -148,7 +148,7 @@ pub(in crate::store::sqlite) fn tenant_backlog(
         .map_err(db)?;
     Ok(TenantBacklog {
         due_endpoints: due_endpoints as u64,
-        oldest_ready_age_ms: oldest.map_or(0, |t| (now_ms - t).max(0)),
+        oldest_ready_age_ms: crate::store::waited_ms(now_ms, oldest),
         tenants_due: tenants_due as u64,
     })
 }
