@@ -52,6 +52,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("sql/postgres_014_dispatcher_lease_tag.sql"),
     ),
     (15, include_str!("sql/postgres_015_dead_letters.sql")),
+    (16, include_str!("sql/postgres_016_due_correction.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

@@ -164,62 +164,11 @@ const CLAIM: &str = "WITH fl AS ( \
 const CHARGE: &str =
     "SELECT sluice_charge_tenants($1::text[], $2::float8[], $3::float8[], $4::int[], $5, $6)";
 
-/// Moving an endpoint or a tenant later, or dropping it, is only safe while no writer is adding
-/// work for it: writers hold their endpoints' and tenants' buckets shared until commit (see
-/// migrations 3 and 8), so take each bucket exclusively, without waiting; what is in buckets
-/// taken can be moved. It also turns off the wait for this transaction's WAL flush (see
-/// [`move_due`]), saving a round trip for a `SET LOCAL`.
-const LOCK_TO_MOVE: &str = "SELECT id, pg_try_advisory_xact_lock(1397, hashtext(id) & 63), \
-    set_config('synchronous_commit', 'off', true) FROM unnest($1::text[]) AS id";
-const LOCK_TENANTS: &str = "SELECT id, pg_try_advisory_xact_lock(1398, hashtext(id) & 63), \
-    set_config('synchronous_commit', 'off', true) FROM unnest($1::text[]) AS id";
-
-/// Runs after [`LOCK_TO_MOVE`], so it sees every delivery committed before the lock: `$1` (the
-/// endpoints of buckets taken) move to their next work (no earlier than now: behind the others)
-/// or go; `$2` (the others) stay due, behind the rest (round robin), for a later claim to look
-/// at again.
-///
-/// Only rows it can lock at once are touched (`l`, SKIP LOCKED): a row another transaction holds
-/// (another dispatcher's correction, a writer lowering it) stays as it is, due, which is always
-/// safe. Waiting for it would hold this claim's deliveries back until that transaction ends,
-/// and two corrections that each held a row the other wanted, taken in different orders,
-/// deadlocked: PostgreSQL broke the cycle only after `deadlock_timeout` (1 s by default), which
-/// was the fleet's one-second tail (issue 23).
-const MOVE_DUE: &str = "WITH l AS ( \
-        SELECT q.endpoint_id AS id FROM due_endpoints q \
-        WHERE q.endpoint_id = ANY($1::text[] || $2::text[]) \
-        ORDER BY q.endpoint_id FOR UPDATE SKIP LOCKED \
-    ), n AS ( \
-        SELECT l.id, CASE WHEN (SELECT e.ordering FROM endpoints e WHERE e.id = l.id) = 1 \
-            THEN (SELECT CASE WHEN h.state = 0 THEN h.visible_at_ms END FROM deliveries h \
-                WHERE h.endpoint_id = l.id AND h.state IN (0, 1) ORDER BY h.id LIMIT 1) \
-            ELSE (SELECT min(d.visible_at_ms) FROM deliveries d \
-                WHERE d.endpoint_id = l.id AND d.state = 0) END AS next \
-        FROM l WHERE l.id = ANY($1) \
-    ), gone AS ( \
-        DELETE FROM due_endpoints q USING n WHERE q.endpoint_id = n.id AND n.next IS NULL \
-    ), kept AS ( \
-        UPDATE due_endpoints q SET due_ms = GREATEST(q.due_ms, $3) FROM l \
-        WHERE q.endpoint_id = l.id AND l.id = ANY($2) \
-    ) \
-    UPDATE due_endpoints q SET due_ms = GREATEST(n.next, $3) FROM n \
-    WHERE q.endpoint_id = n.id AND n.next IS NOT NULL";
-
-/// Runs after [`MOVE_DUE`], for the tenants of buckets taken: a tenant with no endpoint due now
-/// moves to its next work, or to never (the largest `bigint`: the row stays, with its cost,
-/// until new work lowers it), and loses its pass (it starts at the floor when it returns).
-/// Rows are locked in tenant order, as the charges lock them, and a row another transaction
-/// holds (a charge, a writer) is left due rather than waited for, as in [`MOVE_DUE`].
-const CORRECT_TENANTS: &str = "WITH n AS ( \
-        SELECT v.id, COALESCE((SELECT min(q.due_ms) FROM due_endpoints q WHERE q.tenant_id = v.id), \
-            9223372036854775807) AS next \
-        FROM unnest($1::text[]) AS v(id) \
-    ), l AS ( \
-        SELECT q.tenant_id FROM due_tenants q JOIN n ON n.id = q.tenant_id \
-        WHERE n.next > $2 ORDER BY q.tenant_id FOR NO KEY UPDATE OF q SKIP LOCKED \
-    ) \
-    UPDATE due_tenants q SET due_ms = n.next, pass = NULL FROM n \
-    WHERE q.tenant_id = n.id AND n.next > $2 AND q.tenant_id IN (SELECT tenant_id FROM l)";
+/// The correction after a claim (migration 16, `sluice_correct_due`): endpoints taken to their
+/// last due delivery move to their next work or go, tenants whose rows promised more than they
+/// had are corrected, where no writer is adding work for them; one statement, so the buckets it
+/// takes exclusively are held for its run alone.
+const CORRECT_DUE: &str = "SELECT sluice_correct_due($1::text[], $2::text[], $3::bigint)";
 
 /// Apply the request's charges and claim a batch (pipelined: one round trip), then correct the
 /// due tables where the claim found less than they promised (see [`move_due`]). Nothing is
@@ -450,55 +399,23 @@ pub(super) async fn give_back(client: &deadpool_postgres::Object, doubts: &InDou
 }
 
 /// Move the rows of `endpoints` to their next work, or drop them, and correct the rows of
-/// `tenants`, where no writer is adding work for them (see [`LOCK_TO_MOVE`]); the others stay
+/// `tenants`, where no writer is adding work for them (see [`CORRECT_DUE`]); the others stay
 /// due.
 ///
 /// It never waits: buckets are tried, rows another transaction holds are skipped (they stay
-/// due), so the batch the claim took is handed out at once, whoever else is correcting.
-///
-/// A transaction of its own that does not wait for its WAL to reach disk
-/// (`synchronous_commit = off`): the due tables are hints that may say "due" too early, never too
-/// late, and losing this transaction in a crash leaves the rows as they were, due. So writers
-/// that share a bucket wait only for these statements, not for a disk flush.
+/// due), so the batch the claim took is handed out at once, whoever else is correcting. Its
+/// transaction does not wait for its WAL flush: the due tables are hints that may say "due" too
+/// early, never too late, and losing it in a crash leaves the rows as they were, due.
 async fn move_due(
     client: &mut deadpool_postgres::Object,
     endpoints: &[String],
     tenants: &[String],
     now_ms: i64,
 ) -> StoreResult<()> {
-    let tx = client.transaction().await.map_err(pg)?;
-    let stmt = tx.prepare_cached(LOCK_TO_MOVE).await.map_err(pg)?;
-    let (mut movable, mut kept) = (Vec::new(), Vec::new());
-    for r in tx.query(&stmt, &[&endpoints]).await.map_err(pg)? {
-        let id: String = r.get(0);
-        if r.get::<_, bool>(1) {
-            movable.push(id);
-        } else {
-            kept.push(id);
-        }
-    }
-    if !endpoints.is_empty() {
-        let stmt = tx.prepare_cached(MOVE_DUE).await.map_err(pg)?;
-        tx.execute(&stmt, &[&movable, &kept, &now_ms])
-            .await
-            .map_err(pg)?;
-    }
-    if !tenants.is_empty() {
-        let stmt = tx.prepare_cached(LOCK_TENANTS).await.map_err(pg)?;
-        let correctable: Vec<String> = tx
-            .query(&stmt, &[&tenants])
-            .await
-            .map_err(pg)?
-            .iter()
-            .filter(|r| r.get::<_, bool>(1))
-            .map(|r| r.get(0))
-            .collect();
-        if !correctable.is_empty() {
-            let stmt = tx.prepare_cached(CORRECT_TENANTS).await.map_err(pg)?;
-            tx.execute(&stmt, &[&correctable, &now_ms])
-                .await
-                .map_err(pg)?;
-        }
-    }
-    tx.commit().await.map_err(pg)
+    let stmt = client.prepare_cached(CORRECT_DUE).await.map_err(pg)?;
+    client
+        .execute(&stmt, &[&endpoints, &tenants, &now_ms])
+        .await
+        .map_err(pg)?;
+    Ok(())
 }
