@@ -44,18 +44,28 @@ const SETTLE: &str = "WITH v AS ( \
     ) SELECT upd.id FROM upd, due";
 
 /// An enqueue batch in one statement, committed on its own: the messages (a repeated
-/// idempotency key keeps the original and inserts nothing), then one delivery per (new message,
+/// idempotency key keeps the original and inserts nothing; only messages with a key are
+/// inserted through `ON CONFLICT`, whose speculative insertion costs every row it writes a
+/// second WAL record and a probe of the key index), then one delivery per (new message,
 /// subscribed enabled endpoint) through the fan-out index (one row per message and candidate
 /// pattern in; no endpoint has two patterns matching one type, see [`subscriptions::patterns`],
 /// so nothing is de-duplicated), and one per message addressed to a single endpoint. Returns
 /// each new message's id (endpoint NULL), then each delivery's message and endpoint.
-const ENQUEUE: &str = "WITH m AS ( \
+const ENQUEUE: &str = "WITH keyed AS ( \
         INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
         SELECT id, tenant_id, event_type, payload, key, $6 \
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
-            AS m(id, tenant_id, event_type, payload, key) \
+            AS m(id, tenant_id, event_type, payload, key) WHERE key IS NOT NULL \
         ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
         RETURNING id \
+    ), unkeyed AS ( \
+        INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
+        SELECT id, tenant_id, event_type, payload, NULL, $6 \
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
+            AS m(id, tenant_id, event_type, payload, key) WHERE key IS NULL \
+        RETURNING id \
+    ), m AS ( \
+        SELECT id FROM keyed UNION ALL SELECT id FROM unkeyed \
     ), routed AS ( \
         INSERT INTO deliveries (message_id, endpoint_id, tenant_id, state, attempts, \
             visible_at_ms, created_at_ms, updated_at_ms) \
