@@ -407,7 +407,7 @@ pub(super) async fn give_back(client: &deadpool_postgres::Object, doubts: &InDou
 /// transaction does not wait for its WAL flush: the due tables are hints that may say "due" too
 /// early, never too late, and losing it in a crash leaves the rows as they were, due.
 async fn move_due(
-    client: &mut deadpool_postgres::Object,
+    client: &deadpool_postgres::Object,
     endpoints: &[String],
     tenants: &[String],
     now_ms: i64,
