@@ -27,15 +27,12 @@
 --
 -- It does not wait for its WAL flush: the due tables are hints that may say "due" too early,
 -- never too late, and losing this transaction in a crash leaves the rows as they were, due.
--- Returns the rows it moved, dropped or kept due.
 CREATE FUNCTION sluice_correct_due(endpoints text[], tenants text[], now_ms bigint)
-RETURNS bigint LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     movable text[];
     kept text[];
     correctable text[];
-    n bigint := 0;
-    m bigint := 0;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     IF cardinality(endpoints) > 0 THEN
@@ -57,18 +54,12 @@ BEGIN
             FROM l WHERE l.id = ANY(movable)
         ), gone AS (
             DELETE FROM due_endpoints q USING nx WHERE q.endpoint_id = nx.id AND nx.next IS NULL
-            RETURNING 1
         ), stays AS (
             UPDATE due_endpoints q SET due_ms = GREATEST(q.due_ms, now_ms) FROM l
             WHERE q.endpoint_id = l.id AND l.id = ANY(kept)
-            RETURNING 1
-        ), moved AS (
-            UPDATE due_endpoints q SET due_ms = GREATEST(nx.next, now_ms) FROM nx
-            WHERE q.endpoint_id = nx.id AND nx.next IS NOT NULL
-            RETURNING 1
         )
-        SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM stays)
-            + (SELECT count(*) FROM moved) INTO n;
+        UPDATE due_endpoints q SET due_ms = GREATEST(nx.next, now_ms) FROM nx
+        WHERE q.endpoint_id = nx.id AND nx.next IS NOT NULL;
     END IF;
     IF cardinality(tenants) > 0 THEN
         SELECT array_agg(t.id) FILTER (WHERE t.got) INTO correctable
@@ -86,8 +77,6 @@ BEGIN
             UPDATE due_tenants q SET due_ms = nx.next, pass = NULL FROM nx
             WHERE q.tenant_id = nx.id AND nx.next > now_ms
               AND q.tenant_id IN (SELECT tenant_id FROM l);
-            GET DIAGNOSTICS m = ROW_COUNT;
         END IF;
     END IF;
-    RETURN n + m;
 END $$;

@@ -51,18 +51,17 @@ const SETTLE: &str = "WITH v AS ( \
 /// pattern in; no endpoint has two patterns matching one type, see [`subscriptions::patterns`],
 /// so nothing is de-duplicated), and one per message addressed to a single endpoint. Returns
 /// each new message's id (endpoint NULL), then each delivery's message and endpoint.
-const ENQUEUE: &str = "WITH keyed AS ( \
+const ENQUEUE: &str = "WITH v AS ( \
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
+            AS v(id, tenant_id, event_type, payload, key) \
+    ), keyed AS ( \
         INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
-        SELECT id, tenant_id, event_type, payload, key, $6 \
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
-            AS m(id, tenant_id, event_type, payload, key) WHERE key IS NOT NULL \
+        SELECT id, tenant_id, event_type, payload, key, $6 FROM v WHERE key IS NOT NULL \
         ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
         RETURNING id \
     ), unkeyed AS ( \
         INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
-        SELECT id, tenant_id, event_type, payload, NULL, $6 \
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
-            AS m(id, tenant_id, event_type, payload, key) WHERE key IS NULL \
+        SELECT id, tenant_id, event_type, payload, NULL, $6 FROM v WHERE key IS NULL \
         RETURNING id \
     ), m AS ( \
         SELECT id FROM keyed UNION ALL SELECT id FROM unkeyed \
