@@ -89,7 +89,8 @@ pub enum Scenario {
     /// and the healthy endpoints' latency.
     Fifo,
     /// A recorded peak shape (mixed, throttling, slow, dead endpoints) at 1×, 2× and 4×: oldest
-    /// ready age, pool utilisation, 429 share, with pass/fail verdicts.
+    /// ready age, pool utilisation, 429 share, with pass/fail verdicts (a full run exits non-zero on
+    /// a failure).
     Replay,
     /// One `sluice serve` process under a steady load (the baseline), then one API and three
     /// dispatcher processes on PostgreSQL + Redis under the same load: `kill -9` of
@@ -356,7 +357,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", report.json());
     } else {
-        print!("{}", report.table());
+        print!("{}", report.table(args.smoke));
     }
     // A smoke run checks that the scenario works and that the claims holding at any size
     // (order, nothing lost) held, not that its timing claims hold at that size.
