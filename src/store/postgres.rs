@@ -53,6 +53,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (15, include_str!("sql/postgres_015_dead_letters.sql")),
     (16, include_str!("sql/postgres_016_due_correction.sql")),
+    (17, include_str!("sql/postgres_017_id_collation.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

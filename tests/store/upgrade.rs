@@ -16,6 +16,15 @@ const EARLIER: &[(i64, &str)] = &[
     ),
 ];
 
+/// Index keys of type text (`index.column`) whose index compares them other than byte by byte.
+const INDEXED_TEXT_NOT_C: &str = "SELECT DISTINCT i.indexrelid::regclass::text || '.' || a.attname \
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+    JOIN pg_namespace n ON n.oid = c.relnamespace \
+    CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[]) AS k(attnum, coll) \
+    JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+    WHERE n.nspname = current_schema() AND a.atttypid = 'text'::regtype \
+      AND k.coll <> 'pg_catalog.\"C\"'::regcollation";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_3_database_upgrades_and_keeps_its_work() {
     let Some(url) = support::fresh_postgres().await else {
@@ -66,6 +75,19 @@ async fn a_version_3_database_upgrades_and_keeps_its_work() {
         .unwrap()
         .get(0);
     assert!(version >= 4, "migrated to {version}");
+    // Every indexed text column compares byte by byte (migration 17), whatever the database's
+    // default collation (a test database's is ICU's en-US where the server has ICU).
+    let linguistic: Vec<String> = client
+        .query(INDEXED_TEXT_NOT_C, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        linguistic.is_empty(),
+        "indexed text columns that compare by a linguistic collation: {linguistic:?}"
+    );
     let done = deliveries(
         &store,
         DeliveryFilter {

@@ -57,10 +57,17 @@ pub async fn fresh_postgres() -> Option<String> {
             }
         }
     }
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .expect("create test database");
+    // A linguistic default collation (ICU's en-US), as managed services and most installations
+    // create databases, so a statement that works only where text compares byte by byte fails
+    // here; a server built without ICU gets its own default.
+    let icu =
+        format!("CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'");
+    if client.batch_execute(&icu).await.is_err() {
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+    }
     let mut config: tokio_postgres::Config = base.parse().expect("database url");
     config.dbname(&name);
     let url = format!(
