@@ -6,8 +6,9 @@
 -- locale-aware one (strcoll, or ICU): on a database created with `en_US.UTF-8`, the default of
 -- many installations and of managed services, a `sluice bench scale` burst cost the server a
 -- quarter more CPU per delivery than with these columns in `C` (0.180 against 0.142 ms), and
--- index inserts on such keys took 1.6x the time. Identifiers have no linguistic order; `C` orders them by their bytes, as SQLite
--- and Rust do, so a keyset cursor means the same thing on both drivers.
+-- index inserts on such keys took 1.6x the time. Identifiers have no linguistic order; `C`
+-- orders them by their bytes, as SQLite and Rust do, so a keyset cursor means the same thing on
+-- both drivers.
 --
 -- Only the collation changes: no table is rewritten, but every index on these columns is
 -- rebuilt, which on a store with months of history takes a while (each table is altered in one
