@@ -47,9 +47,10 @@ pub(in crate::store::postgres) async fn delete_settings_between(
     from: &str,
     to: &str,
 ) -> StoreResult<u64> {
-    // COLLATE "C": bytewise, as on SQLite, whatever the database's locale.
+    // `key` compares bytewise (`COLLATE "C"`, schema v17), as on SQLite, whatever the
+    // database's locale; the range walks its primary key.
     c.execute(
-        "DELETE FROM settings WHERE key COLLATE \"C\" >= $1 AND key COLLATE \"C\" < $2",
+        "DELETE FROM settings WHERE key >= $1 AND key < $2",
         &[&from, &to],
     )
     .await
