@@ -248,3 +248,145 @@ async fn oauth2_settings_are_checked_naming_the_field() {
     );
     s.stop().await;
 }
+
+/// Token endpoints that misbehave, on loopback receivers from the testkit (no Python needed).
+mod hostile {
+    use super::*;
+    use support::receiver::{self, Behavior};
+
+    /// Credentials naming `token_url`.
+    fn credentials(token_url: &str) -> Value {
+        json!({ "token_url": token_url, "client_id": "sluice", "client_secret": SECRET })
+    }
+
+    /// The attempts logged for endpoint `id`, once at least `n` are.
+    async fn attempts(s: &Sluice, token: &str, id: &str, n: usize) -> Vec<Value> {
+        let path = format!("/v1/endpoints/{id}/attempts?limit=100");
+        let logged = || async {
+            s.get(token, &path).await.1["data"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let enough = eventually(WAIT, || async { logged().await.len() >= n }).await;
+        let log = logged().await;
+        assert!(enough, "{n} attempts logged: {log:?}");
+        log
+    }
+
+    /// A token URL that accepts and never answers: each attempt waits for the one fetch under
+    /// way only until its own deadline (the total timeout, 1 s here, though a token request may
+    /// take 5 s), fails as `token_endpoint`, and there is one request to the token URL, not one
+    /// per attempt in turn (which held attempts 5 s, 10 s, 15 s … and let the reaper hand them
+    /// out twice).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_token_url_that_never_answers_holds_no_attempt_past_its_deadline() {
+        let hanging = receiver::start(Behavior::Blackhole, false).await.unwrap();
+        let hook = receiver::start(Behavior::Fast, false).await.unwrap();
+        let mut settings = test_settings();
+        settings.total_timeout = Some("1s".into());
+        settings.egress.token_timeout = Some("5s".into());
+        let s = Sluice::start(settings).await;
+        let (_, token) = s.tenant("acme").await;
+        let (id, _) = s
+            .endpoint(
+                &token,
+                &hook.url(),
+                json!({ "oauth2": credentials(&hanging.url()) }),
+            )
+            .await;
+        for n in 0..6 {
+            s.send(&token, "order.created", json!({ "n": n })).await;
+        }
+        let log = attempts(&s, &token, &id, 6).await;
+        for a in &log {
+            assert_eq!(a["error_kind"], "token_endpoint", "{a}");
+            // The deadline is 1 s; the bound is loose so a loaded machine cannot fail it, and
+            // far below the 5 s a queued fetch took each waiter before.
+            let took = a["duration_ms"].as_u64().unwrap_or(u64::MAX);
+            assert!(took < 3_000, "an attempt outlived its deadline: {a}");
+        }
+        assert_eq!(
+            hanging.record.requests(),
+            1,
+            "one fetch for every attempt waiting"
+        );
+        assert_eq!(hook.record.requests(), 0);
+        s.stop().await;
+    }
+
+    /// A token answer longer than 64 KiB is not read, and a token longer than 8 KiB is not
+    /// kept or sent: both fail as `token_too_large` and nothing reaches the receiver.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn token_answers_and_tokens_past_their_bounds_are_refused() {
+        let hook = receiver::start(Behavior::Fast, false).await.unwrap();
+        let s = Sluice::start(test_settings()).await;
+        let (_, token) = s.tenant("acme").await;
+        let answer = |token_len: usize, padding: usize| {
+            let body = format!(
+                r#"{{"access_token":"{}","token_type":"Bearer","expires_in":3600,"pad":"{}"}}"#,
+                "t".repeat(token_len),
+                " ".repeat(padding)
+            );
+            Behavior::Body {
+                status: 200,
+                body: body.into(),
+            }
+        };
+        let huge = receiver::start(answer(16, 4 << 20), false).await.unwrap();
+        let long = receiver::start(answer(10 << 10, 0), false).await.unwrap();
+        for idp in [&huge, &long] {
+            let (id, _) = s
+                .endpoint(
+                    &token,
+                    &hook.url(),
+                    json!({ "oauth2": credentials(&idp.url()) }),
+                )
+                .await;
+            s.send(&token, "order.created", json!({})).await;
+            let log = attempts(&s, &token, &id, 1).await;
+            assert_eq!(log[0]["error_kind"], "token_too_large", "{}", log[0]);
+            let gone = s
+                .http
+                .delete(format!("{}/v1/endpoints/{id}", s.base))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert!(gone.status().is_success());
+        }
+        assert_eq!(hook.record.requests(), 0, "no token, no delivery");
+        s.stop().await;
+    }
+
+    /// `"expires_in":"3599"`, as some identity providers send it, is a lifetime like 3599.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lifetime_sent_as_a_numeric_string_is_understood() {
+        let hook = receiver::start(Behavior::Fast, false).await.unwrap();
+        let idp = receiver::start(
+            Behavior::Body {
+                status: 200,
+                body: r#"{"access_token":"tok","token_type":"bearer","expires_in":"3599"}"#.into(),
+            },
+            false,
+        )
+        .await
+        .unwrap();
+        let s = Sluice::start(test_settings()).await;
+        let (_, token) = s.tenant("acme").await;
+        let (id, _) = s
+            .endpoint(
+                &token,
+                &hook.url(),
+                json!({ "oauth2": credentials(&idp.url()) }),
+            )
+            .await;
+        for n in 0..3 {
+            s.send(&token, "order.created", json!({ "n": n })).await;
+        }
+        let log = attempts(&s, &token, &id, 3).await;
+        assert!(log.iter().all(|a| a["status"] == 200), "{log:?}");
+        assert_eq!(idp.record.requests(), 1, "the token is cached");
+        s.stop().await;
+    }
+}

@@ -175,6 +175,8 @@ pub async fn admit<'a, C: Candidate>(
         endpoint.rate_held(probe);
         return Err(Held::RateLimited { until });
     }
+    // One acquisition deadline for the lane, the fleet's slot and the global permit together.
+    let until = Instant::now() + gate.lane_deadline;
     let acquired = endpoint
         .lane()
         .acquire(|| endpoint.limit(), gate.lane_deadline)
@@ -185,7 +187,7 @@ pub async fn admit<'a, C: Candidate>(
         return Err(Held::Shed);
     };
     let fleet = match gate.fleet {
-        Some(lanes) => match fleet_slot(gate, lanes, endpoint).await {
+        Some(lanes) => match fleet_slot(gate, lanes, endpoint, until).await {
             Some(slot) => Some(FleetHold {
                 count: endpoint.fleet_count().clone(),
                 slot: slot.map(|s| (lanes.clone(), s)),
@@ -201,8 +203,16 @@ pub async fn admit<'a, C: Candidate>(
     if gate.draining.load(Ordering::Acquire) {
         return Err(Held::Draining);
     }
-    let Ok(permit) = gate.permits.acquire().await else {
-        return Err(Held::Draining);
+    // The leaser claims no more than the pool has room for, so a permit is normally free at
+    // once; when it is not (the pool shrank under auto-sizing), the delivery is shed like one
+    // at a full lane rather than waiting on whatever holds the pool.
+    let permit = match tokio::time::timeout_at(until, gate.permits.acquire()).await {
+        Ok(Ok(permit)) => permit,
+        Ok(Err(_)) => return Err(Held::Draining),
+        Err(_) => {
+            endpoint.shed(probe);
+            return Err(Held::Shed);
+        }
     };
     Ok(Admitted {
         probe,
@@ -246,7 +256,8 @@ async fn take_turn<C: Candidate>(gate: &Gate<'_>, endpoint: &C) -> Result<(), In
     }
 }
 
-/// Take a fleet-wide slot within the lane deadline: `Some(Some(slot))` held in Redis,
+/// Take a fleet-wide slot by `until` (the lane's acquisition deadline, counted from before
+/// the local lane): `Some(Some(slot))` held in Redis,
 /// `Some(None)` admitted under this process's local share, `None` shed.
 ///
 /// The allowance holds across the fleet through Redis outages and recoveries: see [`FleetMode`]
@@ -256,8 +267,8 @@ async fn fleet_slot<C: Candidate>(
     gate: &Gate<'_>,
     lanes: &FleetLanes,
     endpoint: &C,
+    until: Instant,
 ) -> Option<Option<FleetSlot>> {
-    let until = Instant::now() + gate.lane_deadline;
     let count = endpoint.fleet_count();
     // Read from the endpoint's window once per admission, not on every pass.
     let mut outage_hold = None;

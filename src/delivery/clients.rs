@@ -10,7 +10,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USE
 use rustls::RootCertStore;
 use tokio::time::Instant;
 
-use super::oauth2::{Bearer, Tokens};
+use super::oauth2::{Bearer, Fetcher, Tokens};
 use super::timing::{ConnectClock, TimedConnectLayer};
 use super::{ErrorKind, Failure, Phases, Report, Response, Target, TlsProfile, classify, tls};
 use crate::egress::settings::{EgressSettings, ProxySettings, TokenTimeouts};
@@ -194,14 +194,39 @@ impl Clients {
         Ok(())
     }
 
-    /// Make one signed attempt of `payload` as message `message_id` to `target`.
-    pub async fn attempt(&self, target: &Target, message_id: &str, payload: &str) -> Report {
+    /// Make one signed attempt of `payload` as message `message_id` to `target`, all of it
+    /// (the egress checks, the token, every exchange, the body) by `deadline`.
+    pub async fn attempt(
+        &self,
+        target: &Target,
+        message_id: &str,
+        payload: &str,
+        deadline: Instant,
+    ) -> Report {
         let started_at_ms = crate::clock::now_ms();
         let started = Instant::now();
         let mut phases = Phases::default();
-        let result = self
-            .send(target, message_id, payload, started_at_ms, &mut phases)
-            .await;
+        let sent = self.send(
+            target,
+            message_id,
+            payload,
+            started_at_ms,
+            deadline,
+            &mut phases,
+        );
+        // Each step has the deadline already; this bounds whatever has none of its own (a
+        // name lookup, the egress check of a proxied destination).
+        let result = tokio::time::timeout_at(deadline, sent)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Failure {
+                    kind: ErrorKind::TotalTimeout,
+                    message: format!(
+                        "the attempt passed its deadline ({} ms)",
+                        started.elapsed().as_millis()
+                    ),
+                })
+            });
         Report {
             started_at_ms,
             duration: started.elapsed(),
@@ -214,6 +239,7 @@ impl Clients {
     async fn bearer(
         &self,
         target: &Target,
+        deadline: Instant,
         phases: &mut Phases,
     ) -> Result<Option<Bearer>, Failure> {
         let Some(creds) = &target.oauth2 else {
@@ -239,12 +265,16 @@ impl Clients {
             .map_err(as_token_failure)?;
         let t = self.token_timeouts;
         let client = self.client(t.connect, t.total, target.tls.as_ref())?;
-        let bearer = self.tokens.bearer(&client, creds, t.total).await?;
-        if bearer.fetched {
+        let fetcher = Fetcher {
+            client: &client,
+            total: t.total,
+        };
+        let bearer = self.tokens.bearer(fetcher, creds, deadline).await;
+        if bearer.as_ref().map_or(true, |b| b.fetched) {
             phases.token = clock.elapsed();
             phases.fetched_token = true;
         }
-        Ok(Some(bearer))
+        bearer.map(Some)
     }
 
     async fn send(
@@ -253,6 +283,7 @@ impl Clients {
         message_id: &str,
         payload: &str,
         started_at_ms: i64,
+        deadline: Instant,
         phases: &mut Phases,
     ) -> Result<Response, Failure> {
         // IP-literal hosts never reach the resolver: check them here, on every attempt.
@@ -263,7 +294,7 @@ impl Clients {
                 message: e.to_string(),
             })?;
         self.check_proxied(&target.url).await?;
-        let mut bearer = self.bearer(target, phases).await?;
+        let mut bearer = self.bearer(target, deadline, phases).await?;
         let t = &target.timeouts;
         let client = self.client(t.connect, t.read, target.tls.as_ref())?;
         let clock = Instant::now();
@@ -278,6 +309,7 @@ impl Clients {
             timestamp_s,
             signature: &signature,
             payload,
+            deadline,
         };
         let mut response = self
             .exchange(&client, &request, bearer.as_ref(), phases)
@@ -299,7 +331,7 @@ impl Clients {
             && !b.fetched
         {
             self.tokens.invalidate(creds, &b.token);
-            bearer = self.bearer(target, phases).await?;
+            bearer = self.bearer(target, deadline, phases).await?;
             response = self
                 .exchange(&client, &request, bearer.as_ref(), phases)
                 .await;
@@ -345,7 +377,18 @@ impl Clients {
         bearer: Option<&Bearer>,
         phases: &mut Phases,
     ) -> Result<reqwest::Response, Failure> {
-        let t = &r.target.timeouts;
+        // What is left of the attempt, at most the total deadline: a second exchange (the
+        // previous client certificate, a fresh token after a 401) gets only what is left.
+        let mut t = r.target.timeouts;
+        t.total = t
+            .total
+            .min(r.deadline.saturating_duration_since(Instant::now()));
+        if t.total.is_zero() {
+            return Err(Failure {
+                kind: ErrorKind::TotalTimeout,
+                message: "the attempt's deadline passed before the request was sent".into(),
+            });
+        }
         let mut request = client.post(r.target.url.clone());
         // The endpoint's headers first: sluice's own come after and cannot be overridden (the
         // API refuses the names anyway), except `User-Agent`, which the endpoint's replaces so
@@ -377,7 +420,7 @@ impl Clients {
             phases.tls += times.tls;
         }
         phases.http += took.saturating_sub(times.connect + times.tls);
-        sent.map_err(|e| classify(&e, took, t, connect.handshake_unfinished()))
+        sent.map_err(|e| classify(&e, took, &t, connect.handshake_unfinished()))
     }
 }
 
@@ -388,4 +431,6 @@ struct Request<'a> {
     timestamp_s: i64,
     signature: &'a str,
     payload: &'a str,
+    /// The attempt's deadline: every exchange ends by it.
+    deadline: Instant,
 }

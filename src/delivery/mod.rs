@@ -95,8 +95,10 @@ pub enum ErrorKind {
     TlsHandshake,
     /// The TLS handshake did not finish within the connect timeout.
     TlsTimeout,
-    /// The endpoint's OAuth2 token endpoint gave no token.
+    /// The endpoint's OAuth2 token endpoint gave no token (in time).
     TokenEndpoint,
+    /// The token endpoint's answer, or the token in it, is longer than sluice accepts.
+    TokenTooLarge,
     /// The egress guard refused the destination (not retried).
     Refused,
     /// Anything else.
@@ -120,6 +122,7 @@ impl ErrorKind {
             ErrorKind::TlsHandshake => "tls_handshake",
             ErrorKind::TlsTimeout => "tls_timeout",
             ErrorKind::TokenEndpoint => "token_endpoint",
+            ErrorKind::TokenTooLarge => "token_too_large",
             ErrorKind::Refused => "destination_refused",
             ErrorKind::Other => "error",
         }
@@ -137,7 +140,7 @@ impl ErrorKind {
     }
 
     /// Every kind, in the order of the enum (the label values of the failures metric).
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 16] = [
         ErrorKind::ConnectTimeout,
         ErrorKind::ReadTimeout,
         ErrorKind::TotalTimeout,
@@ -151,6 +154,7 @@ impl ErrorKind {
         ErrorKind::TlsHandshake,
         ErrorKind::TlsTimeout,
         ErrorKind::TokenEndpoint,
+        ErrorKind::TokenTooLarge,
         ErrorKind::Refused,
         ErrorKind::Other,
     ];
@@ -319,6 +323,7 @@ mod tests {
                 | ErrorKind::TlsHandshake
                 | ErrorKind::TlsTimeout
                 | ErrorKind::TokenEndpoint
+                | ErrorKind::TokenTooLarge
                 | ErrorKind::Refused
                 | ErrorKind::Other => true,
             };

@@ -3,12 +3,21 @@
 //! before it expires, refreshes it ahead of that (one request at a time, the others keep using
 //! the token still valid), fetches a fresh one once when the receiver answers 401, and sends
 //! it as `Authorization: Bearer`. Tokens and client secrets are never logged or stored.
+//!
+//! A token endpoint is the tenant's to choose, so nothing about it may hold an attempt longer
+//! than the attempt's own deadline: one fetch per set of credentials runs at a time, in a task
+//! of its own with its own deadline, and every attempt waiting for it waits only until its own
+//! deadline; a failed fetch is remembered for a moment (growing while it keeps failing) so the
+//! attempts that need a token fail at once instead of queueing; and at most
+//! [`MAX_TOKEN_RESPONSE_BYTES`] of an answer are read, and tokens longer than
+//! [`MAX_TOKEN_BYTES`] refused.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{ErrorKind, Failure, storable};
@@ -84,11 +93,30 @@ impl Credentials {
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
 /// Most token-endpoint bytes kept in a failure message.
 const MAX_ERROR_BODY: usize = 300;
+/// Most bytes of a token endpoint's answer read: a token response is a few hundred bytes, and
+/// the answer is the tenant's to choose.
+pub const MAX_TOKEN_RESPONSE_BYTES: usize = 64 * 1024;
+/// Longest access token accepted: it is sent as a header on every attempt and cached until
+/// it expires.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
+/// A failed fetch is remembered this long after a first failure (attempts that need a token
+/// meanwhile fail at once, as `token_endpoint`), doubling with each failure in a row up to
+/// [`MAX_FAILURE_MEMORY`].
+const FAILURE_MEMORY: Duration = Duration::from_secs(1);
+/// The longest a failed fetch is remembered.
+const MAX_FAILURE_MEMORY: Duration = Duration::from_secs(30);
 
 /// When to refresh a token that lives `lifetime`: a minute before it expires, or halfway
 /// through a shorter life.
 pub fn refresh_after(lifetime: Duration) -> Duration {
     lifetime - (lifetime / 2).min(Duration::from_secs(60))
+}
+
+/// How long a fetch that failed `failures` times in a row is remembered.
+fn failure_memory(failures: u32) -> Duration {
+    FAILURE_MEMORY
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(MAX_FAILURE_MEMORY)
 }
 
 #[derive(Clone)]
@@ -98,11 +126,31 @@ struct Cached {
     expires_at: Instant,
 }
 
+/// What a fetch under way will announce: the token, or why there is none.
+type Announced = Option<Result<String, Failure>>;
+
+#[derive(Default)]
+struct SlotState {
+    current: Option<Cached>,
+    /// The fetch under way, if any: its outcome arrives on this channel. One fetch per set of
+    /// credentials at a time (single flight); it runs in a task of its own, so an attempt that
+    /// gives up waiting never cancels it for the others.
+    fetching: Option<watch::Receiver<Announced>>,
+    /// The last fetch failed: why, and until when attempts without a valid token fail with it.
+    failed: Option<(Failure, Instant)>,
+    /// Fetches failed in a row.
+    failures: u32,
+}
+
 #[derive(Default)]
 struct Slot {
-    current: Mutex<Option<Cached>>,
-    /// Held while a token is being fetched: one request to the token endpoint at a time.
-    fetching: tokio::sync::Mutex<()>,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    fn state(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The token caches of every set of credentials in use.
@@ -116,107 +164,163 @@ pub struct Tokens {
 pub struct Bearer {
     /// The access token.
     pub token: String,
-    /// Fetched now (rather than taken from the cache).
+    /// Fetched while this attempt waited (rather than taken from the cache).
     pub fetched: bool,
+}
+
+/// How a token is fetched: the client to the token endpoint, and the fetch's own deadline.
+pub struct Fetcher<'a> {
+    /// The client (the endpoint's TLS setting, the token timeouts).
+    pub client: &'a reqwest::Client,
+    /// The longest one fetch may take, whoever waits for it.
+    pub total: Duration,
 }
 
 impl Tokens {
     fn slot(&self, creds: &Credentials) -> Arc<Slot> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         if slots.len() > 10_000 {
-            // Credentials no longer used: their tokens have expired.
+            // Credentials no longer used: their tokens have expired, nothing is being fetched.
             let now = Instant::now();
             slots.retain(|_, s| {
-                let current = s.current.lock().unwrap_or_else(|p| p.into_inner());
-                current.as_ref().is_some_and(|c| c.expires_at > now)
+                let s = s.state();
+                s.fetching.is_some() || s.current.as_ref().is_some_and(|c| c.expires_at > now)
             });
         }
         slots.entry(creds.fingerprint()).or_default().clone()
     }
 
-    /// A token for `creds`: the cached one, or one fetched with `client`.
+    /// A token for `creds` by `deadline`: the cached one, or the one a fetch brings (started
+    /// now, or already under way for another attempt). Fails at once, as `token_endpoint`,
+    /// while the last fetch's failure is remembered, and when `deadline` passes first.
     pub async fn bearer(
         &self,
-        client: &reqwest::Client,
+        fetcher: Fetcher<'_>,
         creds: &Credentials,
-        total: Duration,
+        deadline: Instant,
     ) -> Result<Bearer, Failure> {
         let slot = self.slot(creds);
-        let cached = slot
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let now = Instant::now();
-        if let Some(c) = &cached {
-            if now < c.refresh_at {
-                return Ok(Bearer {
-                    token: c.token.clone(),
-                    fetched: false,
-                });
-            }
-            if now < c.expires_at {
-                // Time to refresh: one attempt does; the others go on with the valid token,
-                // and so does this one if the refresh fails.
-                let Ok(_fetching) = slot.fetching.try_lock() else {
-                    return Ok(Bearer {
-                        token: c.token.clone(),
-                        fetched: false,
-                    });
-                };
-                return Ok(match fetch(client, creds, total).await {
-                    Ok(fresh) => store(&slot, fresh),
-                    Err(f) => {
-                        tracing::warn!(token_url = %creds.token_url, error = %f.message,
-                            "cannot refresh an OAuth2 token; the current one is used until it expires");
-                        Bearer {
-                            token: c.token.clone(),
-                            fetched: false,
-                        }
+        let waited_from = Instant::now();
+        let mut waiting = {
+            let mut s = slot.state();
+            let now = Instant::now();
+            if let Some(c) = &s.current {
+                if now < c.refresh_at {
+                    return Ok(cached(c));
+                }
+                if now < c.expires_at {
+                    // Time to refresh: one fetch does, and every attempt goes on with the
+                    // token still valid meanwhile (and after, if the refresh fails).
+                    let token = cached(c);
+                    if s.fetching.is_none() && s.failed.as_ref().is_none_or(|f| now >= f.1) {
+                        start(&slot, &mut s, &fetcher, creds);
                     }
-                });
+                    return Ok(token);
+                }
             }
+            if let Some((why, until)) = &s.failed
+                && now < *until
+            {
+                return Err(why.clone());
+            }
+            match &s.fetching {
+                Some(rx) => rx.clone(),
+                None => start(&slot, &mut s, &fetcher, creds),
+            }
+        };
+        let announced = tokio::time::timeout_at(deadline, waiting.wait_for(Option::is_some)).await;
+        match announced {
+            Ok(Ok(outcome)) => match outcome.as_ref() {
+                Some(Ok(token)) => Ok(Bearer {
+                    token: token.clone(),
+                    fetched: true,
+                }),
+                Some(Err(why)) => Err(why.clone()),
+                None => unreachable!("waited for an announcement"),
+            },
+            Ok(Err(_)) => Err(failed(creds, "the token request ended without an answer")),
+            Err(_) => Err(failed(
+                creds,
+                format_args!(
+                    "no token within the attempt's deadline (waited {} ms for the token endpoint)",
+                    waited_from.elapsed().as_millis()
+                ),
+            )),
         }
-        let _fetching = slot.fetching.lock().await;
-        // Another attempt may have fetched one while this one waited.
-        if let Some(c) = slot
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            && Instant::now() < c.refresh_at
-        {
-            return Ok(Bearer {
-                token: c.token.clone(),
-                fetched: false,
-            });
-        }
-        let fresh = fetch(client, creds, total).await?;
-        Ok(store(&slot, fresh))
     }
 
     /// Forget `token` (the receiver answered 401 to it); a newer token is kept.
     pub fn invalidate(&self, creds: &Credentials, token: &str) {
         let slot = self.slot(creds);
-        let mut current = slot.current.lock().unwrap_or_else(|p| p.into_inner());
-        if current.as_ref().is_some_and(|c| c.token == token) {
-            *current = None;
+        let mut s = slot.state();
+        if s.current.as_ref().is_some_and(|c| c.token == token) {
+            s.current = None;
         }
     }
 }
 
-fn store(slot: &Slot, fresh: Fresh) -> Bearer {
-    let now = Instant::now();
-    let cached = Cached {
-        token: fresh.token.clone(),
-        refresh_at: now + refresh_after(fresh.lifetime),
-        expires_at: now + fresh.lifetime,
-    };
-    *slot.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(cached);
+fn cached(c: &Cached) -> Bearer {
     Bearer {
-        token: fresh.token,
-        fetched: true,
+        token: c.token.clone(),
+        fetched: false,
     }
+}
+
+/// Start the one fetch for `creds`, in a task of its own bounded by the fetcher's total; its
+/// outcome is cached (or remembered, when it failed) and announced to every attempt waiting.
+fn start(
+    slot: &Arc<Slot>,
+    s: &mut SlotState,
+    fetcher: &Fetcher<'_>,
+    creds: &Credentials,
+) -> watch::Receiver<Announced> {
+    let (tx, rx) = watch::channel(None);
+    s.fetching = Some(rx.clone());
+    let (slot, client, creds, total) = (
+        slot.clone(),
+        fetcher.client.clone(),
+        creds.clone(),
+        fetcher.total,
+    );
+    tokio::spawn(async move {
+        let fetched = tokio::time::timeout(total, fetch(&client, &creds, total))
+            .await
+            .unwrap_or_else(|_| {
+                Err(failed(
+                    &creds,
+                    format_args!("no answer within {} ms", total.as_millis()),
+                ))
+            });
+        let announced = {
+            let mut s = slot.state();
+            s.fetching = None;
+            let now = Instant::now();
+            match fetched {
+                Ok(fresh) => {
+                    s.failed = None;
+                    s.failures = 0;
+                    s.current = Some(Cached {
+                        token: fresh.token.clone(),
+                        refresh_at: now + refresh_after(fresh.lifetime),
+                        expires_at: now + fresh.lifetime,
+                    });
+                    Ok(fresh.token)
+                }
+                Err(why) => {
+                    s.failures = s.failures.saturating_add(1);
+                    let memory = failure_memory(s.failures);
+                    if s.current.as_ref().is_some_and(|c| now < c.expires_at) {
+                        tracing::warn!(token_url = %creds.token_url, error = %why.message,
+                            "cannot refresh an OAuth2 token; the current one is used until it expires");
+                    }
+                    s.failed = Some((why.clone(), now + memory));
+                    Err(why)
+                }
+            }
+        };
+        tx.send_replace(Some(announced));
+    });
+    rx
 }
 
 struct Fresh {
@@ -230,8 +334,38 @@ struct TokenResponse {
     access_token: String,
     #[serde(default)]
     token_type: Option<String>,
-    #[serde(default)]
+    /// Seconds; a number, or a numeric string as some identity providers send it.
+    #[serde(default, deserialize_with = "seconds")]
     expires_in: Option<f64>,
+}
+
+/// `expires_in` as a JSON number or a string holding one.
+fn seconds<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Seconds {
+        Number(f64),
+        Text(String),
+    }
+    match Option::<Seconds>::deserialize(d)? {
+        None => Ok(None),
+        Some(Seconds::Number(n)) => Ok(Some(n)),
+        Some(Seconds::Text(t)) => t.trim().parse::<f64>().map(Some).map_err(|_| {
+            serde::de::Error::custom(format_args!("expires_in {t:?} is not a number of seconds"))
+        }),
+    }
+}
+
+/// How long a token that says it lives `expires_in` seconds is kept: that long (at most a
+/// day); an hour when it does not say; not at all when it says zero or less (it serves the
+/// attempts that waited for it, and the next one fetches again).
+fn lifetime(expires_in: Option<f64>) -> Result<Duration, &'static str> {
+    match expires_in {
+        None => Ok(DEFAULT_LIFETIME),
+        Some(s) if !s.is_finite() => Err("expires_in is not a finite number"),
+        Some(s) if s <= 0.0 => Ok(Duration::ZERO),
+        Some(s) => Ok(Duration::from_secs_f64(s.min(86_400.0))),
+    }
 }
 
 fn failed(creds: &Credentials, why: impl std::fmt::Display) -> Failure {
@@ -241,7 +375,15 @@ fn failed(creds: &Credentials, why: impl std::fmt::Display) -> Failure {
     }
 }
 
-/// Ask the token endpoint for a token (RFC 6749 §4.4.2).
+fn too_large(creds: &Credentials, why: impl std::fmt::Display) -> Failure {
+    Failure {
+        kind: ErrorKind::TokenTooLarge,
+        message: format!("token endpoint {}: {why}", creds.token_url),
+    }
+}
+
+/// Ask the token endpoint for a token (RFC 6749 §4.4.2), reading at most
+/// [`MAX_TOKEN_RESPONSE_BYTES`] of its answer.
 async fn fetch(
     client: &reqwest::Client,
     creds: &Credentials,
@@ -270,7 +412,7 @@ async fn fetch(
         }
     }
     let body = serde_urlencoded::to_string(&form).map_err(|e| failed(creds, e))?;
-    let response = request
+    let mut response = request
         .header(
             reqwest::header::CONTENT_TYPE,
             "application/x-www-form-urlencoded",
@@ -283,10 +425,36 @@ async fn fetch(
             failed(creds, format!("{} ({})", why.kind.as_str(), why.message))
         })?;
     let status = response.status();
-    let bytes = response
-        .bytes()
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_TOKEN_RESPONSE_BYTES as u64)
+    {
+        return Err(too_large(
+            creds,
+            format_args!(
+                "the answer is {} bytes, more than the {MAX_TOKEN_RESPONSE_BYTES} read",
+                response.content_length().unwrap_or_default()
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
         .await
-        .map_err(|e| failed(creds, format!("the answer broke off: {e}")))?;
+        .map_err(|e| failed(creds, format!("the answer broke off: {e}")))?
+    {
+        if bytes.len() + chunk.len() > MAX_TOKEN_RESPONSE_BYTES {
+            if !status.is_success() {
+                // An error page: what was read says enough.
+                break;
+            }
+            return Err(too_large(
+                creds,
+                format_args!("the answer is longer than the {MAX_TOKEN_RESPONSE_BYTES} bytes read"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
     if !status.is_success() {
         return Err(failed(
             creds,
@@ -307,6 +475,15 @@ async fn fetch(
             format!("the token type is {kind:?}, not Bearer"),
         ));
     }
+    if parsed.access_token.len() > MAX_TOKEN_BYTES {
+        return Err(too_large(
+            creds,
+            format_args!(
+                "the access token is {} bytes, more than the {MAX_TOKEN_BYTES} accepted",
+                parsed.access_token.len()
+            ),
+        ));
+    }
     if parsed.access_token.is_empty()
         || reqwest::header::HeaderValue::from_str(&parsed.access_token).is_err()
     {
@@ -315,12 +492,7 @@ async fn fetch(
             "the access token is empty or not header-safe",
         ));
     }
-    let lifetime = parsed
-        .expires_in
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map_or(DEFAULT_LIFETIME, |s| {
-            Duration::from_secs_f64(s.min(86_400.0))
-        });
+    let lifetime = lifetime(parsed.expires_in).map_err(|why| failed(creds, why))?;
     Ok(Fresh {
         token: parsed.access_token,
         lifetime,
@@ -353,6 +525,53 @@ mod tests {
             refresh_after(Duration::from_secs(2)),
             Duration::from_secs(1)
         );
+        assert_eq!(refresh_after(Duration::ZERO), Duration::ZERO);
+    }
+
+    #[test]
+    fn expires_in_may_be_a_numeric_string_and_zero_or_less_is_not_kept() {
+        let parse = |body: &str| {
+            serde_json::from_str::<TokenResponse>(body)
+                .map(|r| lifetime(r.expires_in))
+                .map_err(|e| e.to_string())
+        };
+        let hour = Ok(Ok(Duration::from_secs(3600)));
+        assert_eq!(parse(r#"{"access_token":"t","expires_in":3600}"#), hour);
+        assert_eq!(parse(r#"{"access_token":"t","expires_in":"3600"}"#), hour);
+        assert_eq!(
+            parse(r#"{"access_token":"t","expires_in":" 90.5 "}"#),
+            Ok(Ok(Duration::from_secs_f64(90.5)))
+        );
+        assert_eq!(parse(r#"{"access_token":"t"}"#), hour);
+        assert_eq!(parse(r#"{"access_token":"t","expires_in":null}"#), hour);
+        assert_eq!(
+            parse(r#"{"access_token":"t","expires_in":0}"#),
+            Ok(Ok(Duration::ZERO))
+        );
+        assert_eq!(
+            parse(r#"{"access_token":"t","expires_in":-5}"#),
+            Ok(Ok(Duration::ZERO))
+        );
+        assert_eq!(
+            parse(r#"{"access_token":"t","expires_in":"-1"}"#),
+            Ok(Ok(Duration::ZERO))
+        );
+        assert!(
+            parse(r#"{"access_token":"t","expires_in":"soon"}"#)
+                .unwrap_err()
+                .contains("soon")
+        );
+        assert_eq!(
+            parse(r#"{"access_token":"t","expires_in":1e9}"#),
+            Ok(Ok(Duration::from_secs(86_400)))
+        );
+    }
+
+    #[test]
+    fn a_failed_fetch_is_remembered_longer_each_time_up_to_a_bound() {
+        let memory: Vec<u64> = (1..=8).map(|n| failure_memory(n).as_secs()).collect();
+        assert_eq!(memory, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(failure_memory(u32::MAX), MAX_FAILURE_MEMORY);
     }
 
     #[test]

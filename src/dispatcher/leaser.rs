@@ -28,6 +28,9 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
         let per_endpoint = ctx.settings.lane_size.max(1);
         let view = ctx.claim_view(per_endpoint, limit);
         let (fair_floor, charges) = ctx.tenants.for_claim();
+        // The leases end `lease_ttl` after the `now_ms` the claim sends, which is read after
+        // this instant: attempts end by `lease_end` less the settle margin.
+        let lease_end = tokio::time::Instant::now() + ctx.settings.lease_ttl;
         let mut request = ClaimRequest {
             now_ms: crate::clock::now_ms(),
             limit,
@@ -72,7 +75,7 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
             .load(claimed.iter().map(|d| d.endpoint_id.as_str()))
             .await;
         for d in claimed {
-            ctx.spawn(d);
+            ctx.spawn(d, lease_end);
         }
         if got == 0 {
             // Nothing claimable: every due endpoint is excluded (lane full, paused, breaker

@@ -185,8 +185,9 @@ impl Ctx {
             .map_or(tenants::UNMEASURED_COST, |t| t.as_secs_f64().max(1e-3))
     }
 
-    /// Start one delivery's task.
-    fn spawn(self: &Arc<Self>, d: Claimed) {
+    /// Start one delivery's task; its lease ends at `lease_end` (or later, if the attempt
+    /// extends it).
+    fn spawn(self: &Arc<Self>, d: Claimed, lease_end: Instant) {
         self.outstanding.fetch_add(1, Ordering::AcqRel);
         let ctx = self.clone();
         let id = d.delivery_id;
@@ -206,7 +207,7 @@ impl Ctx {
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let task = async move {
             tracing::debug!("claimed");
-            let concluded = pipeline::run(&ctx, &d, pending).await;
+            let concluded = pipeline::run(&ctx, &d, pending, lease_end).await;
             tracing::debug!(outcome = ?concluded.settlement.outcome, "settle");
             ctx.inflight
                 .lock()

@@ -15,6 +15,7 @@ use tracing::Instrument;
 use super::Ctx;
 use super::conclude::{Attempt, FailingChange, conclude};
 use super::endpoints::{EndpointRuntime, Pending};
+use super::settings::SETTLE_MARGIN;
 use crate::admission::breaker::{Admission, Transition};
 use crate::admission::governor::{self, Observation};
 use crate::admission::lane::Lane;
@@ -132,8 +133,16 @@ pub(super) struct EndpointWrites {
     pub(super) disable: Option<String>,
 }
 
-/// Run one delivery to what it came to: admit → attempt → conclude.
-pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Concluded {
+/// Run one delivery to what it came to: admit → attempt → conclude. Its lease ends at
+/// `lease_end`: the admission is bounded by the lane's deadline and the attempt by its total
+/// deadline, and both end before the lease does, with time left to write the settlement
+/// ([`super::settings::SETTLE_MARGIN`]); an attempt that would not, extends its lease first.
+pub(super) async fn run(
+    ctx: &Arc<Ctx>,
+    d: &Claimed,
+    pending: Pending,
+    lease_end: Instant,
+) -> Concluded {
     let endpoint = match ctx.endpoints.get(&d.endpoint_id).await {
         Ok(rt) => rt,
         Err(StoreError::NotFound(_)) => {
@@ -178,10 +187,18 @@ pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Conclu
             return settlement(d, SettleOutcome::Dead { reason }, None).into();
         }
     };
+    let Some(deadline) = attempt_deadline(ctx, d, lease_end, target.timeouts.total).await else {
+        // The lease is gone (reaped and claimed again elsewhere): this attempt is not ours to
+        // make. The release is fenced by the lease token, so it changes nothing.
+        if admitted.probe {
+            endpoint.state().breaker.cancel_probe();
+        }
+        return settlement(d, SettleOutcome::Release, None).into();
+    };
     ctx.metrics.in_flight.inc();
     let report = ctx
         .clients
-        .attempt(&target, &d.message_id, &d.payload)
+        .attempt(&target, &d.message_id, &d.payload, deadline)
         .instrument(tracing::debug_span!("attempt"))
         .await;
     tracing::debug!(
@@ -194,6 +211,54 @@ pub(super) async fn run(ctx: &Arc<Ctx>, d: &Claimed, pending: Pending) -> Conclu
     ctx.tenants.occupied(&d.tenant_id, report.duration);
     drop(admitted);
     conclude_attempt(ctx, d, endpoint, report)
+}
+
+/// When an attempt starting now must end: its total deadline from now. When that would not
+/// leave [`SETTLE_MARGIN`] before the lease ends (the delivery waited long between its claim
+/// and its admission, on a slow store), the lease is extended first, so the reaper never hands
+/// out a delivery whose attempt is still running; when the lease is no longer this
+/// dispatcher's, `None`. If the store cannot extend it, the attempt gets what the lease leaves.
+async fn attempt_deadline(
+    ctx: &Arc<Ctx>,
+    d: &Claimed,
+    lease_end: Instant,
+    total: Duration,
+) -> Option<Instant> {
+    let now = Instant::now();
+    let wanted = match deadline_within(now, lease_end, total) {
+        Ok(deadline) => return Some(deadline),
+        Err(wanted) => wanted,
+    };
+    let lease_ttl = ctx.settings.lease_ttl;
+    let until_ms = crate::clock::now_ms() + lease_ttl.as_millis() as i64;
+    match ctx
+        .store
+        .extend_lease(d.delivery_id, d.lease_token, until_ms)
+        .await
+    {
+        Ok(true) => {
+            ctx.metrics.leases_extended.inc();
+            deadline_within(now, now + lease_ttl, total).ok()
+        }
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, delivery_id = d.delivery_id,
+                "cannot extend a lease; the attempt gets what is left of it");
+            let cut = lease_end.checked_sub(SETTLE_MARGIN)?;
+            (cut > Instant::now()).then_some(cut)
+        }
+    }
+}
+
+/// The deadline of an attempt starting `now` with `total` to run, when it ends at least
+/// [`SETTLE_MARGIN`] before `lease_end`; otherwise `Err` with the deadline it wants.
+fn deadline_within(now: Instant, lease_end: Instant, total: Duration) -> Result<Instant, Instant> {
+    let wanted = now + total;
+    if wanted + SETTLE_MARGIN <= lease_end {
+        Ok(wanted)
+    } else {
+        Err(wanted)
+    }
 }
 
 /// Feed the attempt to the governor, breaker, statistics and metrics, then decide what it
@@ -399,4 +464,27 @@ fn count_held(ctx: &Arc<Ctx>, endpoint: &str, why: Why) {
         Why::StoreUnavailable => "store_unavailable",
     };
     m.held(reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An attempt keeps its total deadline only while it ends, with the settle margin, inside
+    /// its lease; otherwise the lease must be extended first.
+    #[test]
+    fn an_attempt_ends_a_settle_margin_before_its_lease() {
+        let now = Instant::now();
+        let total = Duration::from_secs(15);
+        let lease_end = now + Duration::from_secs(60);
+        assert_eq!(deadline_within(now, lease_end, total), Ok(now + total));
+        let late = now + Duration::from_secs(41);
+        assert_eq!(
+            deadline_within(late, lease_end, total),
+            Err(late + total),
+            "15 s from 41 s ends 4 s before the lease: less than the margin"
+        );
+        let edge = now + Duration::from_secs(40);
+        assert_eq!(deadline_within(edge, lease_end, total), Ok(edge + total));
+    }
 }

@@ -13,6 +13,10 @@ use crate::egress::settings::EgressSettings;
 use crate::retry::{RetrySchedule, ShedSettings};
 use crate::setting::{Problems, SettingProblem, shown};
 
+/// What a lease keeps past the end of its attempt: time to write the settlement before the
+/// reaper may return the delivery.
+pub(super) const SETTLE_MARGIN: Duration = Duration::from_secs(5);
+
 /// The global bound on in-flight attempts: fixed, or sized from live load.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Concurrency {
@@ -156,7 +160,7 @@ impl DispatchSettings {
                 format_args!("above zero and at most {}", shown(cap)),
             );
         }
-        let outlast = timeouts.total + self.lane_deadline + Duration::from_secs(5);
+        let outlast = timeouts.total + self.lane_deadline + SETTLE_MARGIN;
         p.check(
             self.lease_ttl > outlast,
             "lease_ttl",

@@ -226,6 +226,8 @@ pub struct Metrics {
     pub messages_accepted: Counter,
     /// Attempts in flight now.
     pub in_flight: Gauge,
+    /// Leases an attempt extended before it started (it would have outlived its lease).
+    pub leases_extended: Counter,
     /// The global concurrency bound now.
     pub concurrency_limit: Gauge,
     /// Endpoints this dispatcher knows, by breaker state.
@@ -330,6 +332,7 @@ impl Metrics {
             claim_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
             messages_accepted: Counter::default(),
             in_flight: Gauge::default(),
+            leases_extended: Counter::default(),
             concurrency_limit: Gauge::default(),
             breakers,
             oldest_ready_age: Family::default(),
@@ -402,6 +405,11 @@ impl Metrics {
             "sluice_in_flight",
             "Attempts in flight in this process",
             self.in_flight.clone(),
+        );
+        r.register(
+            "sluice_leases_extended",
+            "Leases extended before an attempt that would have outlived its lease",
+            self.leases_extended.clone(),
         );
         r.register(
             "sluice_concurrency_limit",

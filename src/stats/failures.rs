@@ -54,7 +54,7 @@ impl AttemptKind {
             // `tls` is how attempts were recorded before TLS failures were told apart.
             (None, Some("tls_handshake" | "tls")) => Self::TlsHandshake,
             (None, Some("tls_timeout")) => Self::TlsTimeout,
-            (None, Some("token_endpoint")) => Self::Token,
+            (None, Some("token_endpoint" | "token_too_large")) => Self::Token,
             (None, _) => Self::Other,
         }
     }
