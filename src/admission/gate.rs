@@ -16,13 +16,14 @@ use super::fleet::FleetRate;
 use super::fleet::mode::{FleetMode, FleetTransitions};
 use super::fleet::{FleetAcquire, FleetLanes, FleetSlot};
 use super::lane::{Lane, LaneSlot};
+use super::peers::Peers;
 use super::rate::Turns;
 
 /// How often a delivery waiting for a fleet-wide slot asks again.
 const FLEET_RETRY: Duration = Duration::from_millis(20);
 
-/// While Redis is away, how long a process without a share of a rate limit holds a delivery
-/// before asking again (its share may have come back with Redis).
+/// How long a process without a share of a rate limit (Redis away, or none configured and more
+/// dispatchers live than the burst has turns) holds a delivery before asking again.
 const NO_SHARE_RETRY: Duration = Duration::from_secs(1);
 
 /// Why a claimed delivery is not attempted now.
@@ -131,6 +132,9 @@ pub struct Gate<'a> {
     /// The longest an attempt may run (the largest total deadline): how long an admission
     /// made under one fleet rule may outlive it.
     pub longest_attempt: Duration,
+    /// Without Redis: this dispatcher's place among the live dispatchers, which sets its part
+    /// of each rate limit.
+    pub peers: &'a Peers,
     /// The global bound on attempts in flight.
     pub permits: &'a Semaphore,
     /// Set when drain begins.
@@ -224,7 +228,8 @@ pub async fn admit<'a, C: Candidate>(
 
 /// Take a turn of the endpoint's rate limit: in Redis with fleet lanes (the local bucket then
 /// follows the fleet's, for the claim's cap), this process's share of it while Redis is away,
-/// the local bucket without Redis. `Err(until)`: the exact instant of its next turn.
+/// and without Redis, its share among the live dispatchers its heartbeats count (the whole
+/// bucket when it is alone). `Err(until)`: the exact instant of its next turn.
 ///
 /// A turn taken is spent even when the lane or the fleet then sheds the delivery: the limit
 /// errs towards fewer deliveries, never more.
@@ -233,7 +238,17 @@ async fn take_turn<C: Candidate>(gate: &Gate<'_>, endpoint: &C) -> Result<(), In
         return Ok(());
     };
     let Some(lanes) = gate.fleet else {
-        return endpoint.turns(|t| t.take(Instant::now())).unwrap_or(Ok(()));
+        let live = gate.peers.live();
+        return endpoint
+            .turns(|t| {
+                if live == 1 {
+                    t.take(Instant::now())
+                } else {
+                    let share = limit.share(live, gate.peers.rank());
+                    t.take_share(share, Instant::now(), NO_SHARE_RETRY)
+                }
+            })
+            .unwrap_or(Ok(()));
     };
     match lanes.try_rate(endpoint.id(), &limit).await {
         FleetRate::Taken { ahead } => {
@@ -406,6 +421,7 @@ mod tests {
             fleet: None,
             transitions: &transitions,
             longest_attempt: Duration::from_secs(15),
+            peers: &Peers::alone(),
             permits: &permits,
             draining: &draining,
         };

@@ -7,13 +7,15 @@
 //! - [`lane`]: per-endpoint bulkhead with an acquisition deadline (shed when it passes);
 //! - [`governor`]: AIMD concurrency limit per endpoint and Retry-After pauses;
 //! - [`breaker`]: latency breaker (p95 over a window vs the endpoint's ceiling) and error breaker;
-//! - [`fleet`]: lane slots held in Redis so a fleet of dispatchers shares one allowance.
+//! - [`fleet`]: lane slots held in Redis so a fleet of dispatchers shares one allowance;
+//! - [`peers`]: without Redis, this dispatcher's part of each lane and rate limit.
 
 pub mod breaker;
 pub mod fleet;
 mod gate;
 pub mod governor;
 pub mod lane;
+pub mod peers;
 pub mod rate;
 
 pub use gate::{Admitted, Candidate, FleetCount, Gate, Held, admit};

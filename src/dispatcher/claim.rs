@@ -3,7 +3,8 @@
 //! A claim takes no more of an endpoint than its lane can start within the lane's acquisition
 //! deadline, so shedding stays the exception rather than a churn of claim → shed → requeue;
 //! nor, under a rate limit, more than its bucket can give within that deadline. When the lane is
-//! held fleet-wide (in Redis), each dispatcher takes its part of that room, not all of it: three
+//! shared by the fleet (held in Redis, or split by the live dispatchers without it), each
+//! dispatcher takes its part of that room, not all of it: three
 //! dispatchers each claiming a whole lane's room would queue three times what the one lane can
 //! start, and shed the rest, each shed delivery back only after its 5–20 s requeue delay.
 
@@ -41,6 +42,7 @@ pub(super) struct Part {
 
 impl Part {
     /// The lane is this dispatcher's alone.
+    #[cfg(test)]
     pub(super) const WHOLE: Self = Self {
         of: 1,
         rank: 0,
@@ -50,9 +52,7 @@ impl Part {
     /// This dispatcher's part of `n`: `n / of`, and one more for `n % of` of the dispatchers,
     /// so the parts of every dispatcher add up to `n` exactly.
     pub(super) fn of(self, n: u32) -> u32 {
-        let of = self.of.max(1);
-        let place = self.rank.wrapping_add(self.spin) % of;
-        n / of + u32::from(place < n % of)
+        crate::admission::peers::part(n, self.of, self.rank, self.spin)
     }
 }
 

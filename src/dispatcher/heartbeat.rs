@@ -8,7 +8,9 @@
 //! other), so the console shows the fleet's occupancy shares. At drain the row is marked
 //! draining at once (the dispatcher no longer counts as a replica) and deleted when the drain
 //! ends; rows of dispatchers that died without draining go stale (three intervals) and are
-//! purged after [`PURGE_AFTER_INTERVALS`].
+//! purged after [`PURGE_AFTER_INTERVALS`]. Without Redis, each beat also counts the live
+//! dispatchers, whose number sets this one's part of every lane and rate limit
+//! ([`crate::admission::peers`]).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -91,6 +93,28 @@ impl Ctx {
         }
     }
 
+    /// Count the live dispatchers (fresh heartbeats, not draining) and this one's place among
+    /// them, which set its part of every lane and rate limit without Redis; a store error
+    /// keeps the last count.
+    pub(super) async fn count_peers(&self) {
+        let since = crate::clock::now_ms() - self.settings.heartbeat_fresh().as_millis() as i64;
+        match self.store.heartbeats(since).await {
+            Ok(beats) => {
+                let live = beats.iter().filter(|b| !b.draining).map(|b| b.id.as_str());
+                let before = (self.fleet.peers.live(), self.fleet.peers.rank());
+                let now = self.fleet.peers.count(&self.id, live);
+                if now != before {
+                    tracing::info!(
+                        live = now.0,
+                        rank = now.1,
+                        "live dispatchers counted: each holds its part of every lane and rate limit"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot count the live dispatchers"),
+        }
+    }
+
     fn purge_after_ms(&self) -> i64 {
         (self.settings.heartbeat_interval * PURGE_AFTER_INTERVALS).as_millis() as i64
     }
@@ -103,6 +127,9 @@ pub(super) async fn heartbeat(ctx: Arc<Ctx>) {
     let interval = ctx.settings.heartbeat_interval;
     for n in 0u64.. {
         let named = ctx.beat(false).await;
+        if ctx.fleet.lanes.is_none() {
+            ctx.count_peers().await;
+        }
         if n % 12 == 0 {
             let before = crate::clock::now_ms() - ctx.purge_after_ms();
             if let Err(e) = ctx.store.forget_heartbeats(None, before).await {

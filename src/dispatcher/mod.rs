@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::admission::fleet::FleetLanes;
 use crate::admission::fleet::mode::{FleetMode, FleetTransitions};
+use crate::admission::peers::Peers;
 use crate::delivery::Clients;
 use crate::egress::EgressPolicy;
 use crate::metrics::Metrics;
@@ -118,16 +119,7 @@ impl Ctx {
     fn claim_view(&self, per_endpoint: u32, limit: u32) -> ClaimView {
         let now = Instant::now();
         let concurrency = self.concurrency();
-        let part = |spin| {
-            self.fleet
-                .lanes
-                .as_ref()
-                .map_or(claim::Part::WHOLE, |l| claim::Part {
-                    of: l.live_dispatchers(),
-                    rank: l.rank(),
-                    spin,
-                })
-        };
+        let part = |spin| self.fleet.part(spin);
         let whole = part(0);
         self.endpoints.view_key((concurrency, whole.of, whole.rank));
         let mut view = ClaimView::default();
@@ -259,6 +251,34 @@ pub(crate) struct FleetAdmission {
     lanes: Option<Arc<FleetLanes>>,
     /// When Redis went away and came back, as this process saw it.
     transitions: Mutex<FleetTransitions>,
+    /// Without Redis: the live dispatchers its heartbeats count, and this one's rank.
+    peers: Peers,
+}
+
+impl FleetAdmission {
+    /// This dispatcher's part of an endpoint's lane: its part of the fleet's slots, `spin`
+    /// turning which dispatchers hold the remainder.
+    fn part(&self, spin: u32) -> claim::Part {
+        match &self.lanes {
+            Some(l) => claim::Part {
+                of: l.live_dispatchers(),
+                rank: l.rank(),
+                spin,
+            },
+            None => claim::Part {
+                of: self.peers.live(),
+                rank: self.peers.rank(),
+                spin,
+            },
+        }
+    }
+
+    /// Live dispatchers, as Redis counts them or, without it, the heartbeats.
+    fn live_dispatchers(&self) -> u32 {
+        self.lanes
+            .as_ref()
+            .map_or_else(|| self.peers.live(), |l| l.live_dispatchers())
+    }
 }
 
 impl Ctx {
@@ -269,6 +289,7 @@ impl Ctx {
             fleet: self.fleet.lanes.as_ref(),
             transitions: &self.fleet.transitions,
             longest_attempt: self.settings.timeout_caps.total,
+            peers: &self.fleet.peers,
             permits: &self.attempts,
             draining: &self.draining,
         }
@@ -328,6 +349,7 @@ impl Dispatcher {
             fleet: FleetAdmission {
                 lanes: fleet,
                 transitions: Mutex::new(FleetTransitions::default()),
+                peers: Peers::alone(),
             },
             attempts: Semaphore::new(concurrency as usize),
             concurrency: AtomicU32::new(concurrency),

@@ -68,9 +68,17 @@ impl Candidate for AtEndpoint<'_> {
     }
 
     fn limit(&self) -> u32 {
-        self.rt
+        let lane = self
+            .rt
             .state()
-            .effective_lane(&self.ctx.settings, self.concurrency)
+            .effective_lane(&self.ctx.settings, self.concurrency);
+        // With Redis the fleet's slots are held there, and the local lane is the whole; without
+        // it this dispatcher holds only its part of them.
+        if self.ctx.fleet.lanes.is_some() {
+            lane
+        } else {
+            self.ctx.fleet.peers.part(lane, self.rt.spin)
+        }
     }
 
     fn fleet_count(&self) -> &Arc<FleetCount> {
@@ -225,10 +233,9 @@ async fn attempt_deadline(
     total: Duration,
 ) -> Option<Instant> {
     let now = Instant::now();
-    let wanted = match deadline_within(now, lease_end, total) {
-        Ok(deadline) => return Some(deadline),
-        Err(wanted) => wanted,
-    };
+    if let Some(deadline) = deadline_within(now, lease_end, total) {
+        return Some(deadline);
+    }
     let lease_ttl = ctx.settings.lease_ttl;
     let until_ms = crate::clock::now_ms() + lease_ttl.as_millis() as i64;
     match ctx
@@ -238,7 +245,7 @@ async fn attempt_deadline(
     {
         Ok(true) => {
             ctx.metrics.leases_extended.inc();
-            deadline_within(now, now + lease_ttl, total).ok()
+            deadline_within(now, now + lease_ttl, total)
         }
         Ok(false) => None,
         Err(e) => {
@@ -251,14 +258,10 @@ async fn attempt_deadline(
 }
 
 /// The deadline of an attempt starting `now` with `total` to run, when it ends at least
-/// [`SETTLE_MARGIN`] before `lease_end`; otherwise `Err` with the deadline it wants.
-fn deadline_within(now: Instant, lease_end: Instant, total: Duration) -> Result<Instant, Instant> {
+/// [`SETTLE_MARGIN`] before `lease_end`.
+fn deadline_within(now: Instant, lease_end: Instant, total: Duration) -> Option<Instant> {
     let wanted = now + total;
-    if wanted + SETTLE_MARGIN <= lease_end {
-        Ok(wanted)
-    } else {
-        Err(wanted)
-    }
+    (wanted + SETTLE_MARGIN <= lease_end).then_some(wanted)
 }
 
 /// Feed the attempt to the governor, breaker, statistics and metrics, then decide what it
@@ -402,7 +405,7 @@ fn requeue_after(ctx: &Arc<Ctx>, d: &Claimed, why: Why, delay: Duration) -> Sett
 /// times the dispatchers sharing a fleet-wide one) at its measured service time, over its slots
 /// ([`crate::retry::ShedSettings::delay_after`]).
 fn requeue_shed(ctx: &Arc<Ctx>, d: &Claimed, rt: &EndpointRuntime) -> Settlement {
-    let dispatchers = ctx.fleet.lanes.as_ref().map_or(1, |l| l.live_dispatchers());
+    let dispatchers = ctx.fleet.live_dispatchers();
     let ahead = (rt.lane.in_use() + rt.pending()).saturating_mul(dispatchers);
     let expected = {
         let s = rt.state();
@@ -477,14 +480,14 @@ mod tests {
         let now = Instant::now();
         let total = Duration::from_secs(15);
         let lease_end = now + Duration::from_secs(60);
-        assert_eq!(deadline_within(now, lease_end, total), Ok(now + total));
+        assert_eq!(deadline_within(now, lease_end, total), Some(now + total));
         let late = now + Duration::from_secs(41);
         assert_eq!(
             deadline_within(late, lease_end, total),
-            Err(late + total),
+            None,
             "15 s from 41 s ends 4 s before the lease: less than the margin"
         );
         let edge = now + Duration::from_secs(40);
-        assert_eq!(deadline_within(edge, lease_end, total), Ok(edge + total));
+        assert_eq!(deadline_within(edge, lease_end, total), Some(edge + total));
     }
 }

@@ -58,7 +58,8 @@ pub struct PoolView {
     pub endpoints_held: usize,
     /// Which rule admits deliveries fleet-wide (`None` without Redis).
     pub fleet_mode: Option<FleetModeName>,
-    /// Dispatchers that Redis knows to be alive (`None` without Redis).
+    /// Live dispatchers: those Redis knows to be alive, or without Redis those whose heartbeats
+    /// are fresh (what this dispatcher's part of each lane and rate limit is a part of).
     pub live_dispatchers: Option<u32>,
 }
 
@@ -207,7 +208,7 @@ impl Ctx {
                     FleetMode::OutageStart(_) => FleetModeName::OutageStart,
                     FleetMode::Local => FleetModeName::Local,
                 }),
-                live_dispatchers: fleet.map(|f| f.live_dispatchers()),
+                live_dispatchers: Some(self.fleet.live_dispatchers()),
             },
             endpoints,
         }
