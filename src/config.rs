@@ -287,7 +287,7 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_DATABASE_URL")]
         #[serde(alias = "database_url")]
         pub database_url: Option<String>,
-        /// redis://… for fleet-wide lanes
+        /// redis://… to hold lanes and rate limits exactly across the fleet (without it each dispatcher holds its share) [default: none]
         #[arg(long, env = "SLUICE_REDIS_URL")]
         #[serde(alias = "redis_url")]
         pub redis_url: Option<String>,
