@@ -1,19 +1,20 @@
 //! Who holds a listener's connection slots: at most `max` connections at once, at most
-//! `per_peer` from one address, and when a new connection finds either bound reached, the
-//! connection that has been idle longest (between keep-alive requests, or silent since it
-//! was accepted) gives its slot up instead of the new one being refused. Only when every
-//! connection in the way is busy (a request being read, handled or answered) is the new one
-//! refused. So idle sockets cannot lock clients out, and one address cannot take the listener.
+//! `per_peer` from one address, and when a new connection finds either bound reached, a
+//! connection waiting on its client gives its slot up instead of the new one being refused:
+//! the one idle longest (between keep-alive requests, or silent since it was accepted), or
+//! failing that the one longest in the middle of a request head (a stalled or trickled head
+//! must not hold a slot against new clients). Only when every connection in the way has a
+//! request in the service is the new one refused. So neither idle sockets nor slow heads can
+//! lock clients out, and one address cannot take the listener.
 //!
 //! An evicted connection is asked to close the way a draining one is (hyper's graceful
-//! shutdown): idle, it closes at once; if a request began in the meantime, that request is
-//! answered first.
+//! shutdown): idle or in a head, it closes at once; if a request reached the service in the
+//! meantime, that request is answered first.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Activity;
@@ -48,13 +49,14 @@ struct Holder {
 }
 
 impl Held {
-    /// The connection idle longest among those `eligible`, if any is idle.
-    fn oldest_idle(&self, eligible: impl Fn(&Holder) -> bool) -> Option<u64> {
+    /// The connection to make room among those `eligible`: the one idle longest, else the one
+    /// longest in a request head; `None` when every one has a request in the service.
+    fn first_to_go(&self, eligible: impl Fn(&Holder) -> bool) -> Option<u64> {
         self.open
             .iter()
             .filter(|(_, h)| eligible(h))
-            .filter_map(|(id, h)| h.activity.idle_since().map(|at| (at, *id)))
-            .min_by_key(|&(at, id): &(Instant, u64)| (at, id))
+            .filter_map(|(id, h)| h.activity.stall().map(|stall| (stall, *id)))
+            .min()
             .map(|(_, id)| id)
     }
 
@@ -105,7 +107,7 @@ impl Slots {
     }
 
     /// A slot for a connection from `peer`, whose progress `activity` records and which closes
-    /// when `evict` is cancelled; and how many idle connections were told to close for it.
+    /// when `evict` is cancelled; and how many connections were told to close for it.
     pub fn admit(
         self: &Arc<Self>,
         peer: IpAddr,
@@ -116,12 +118,12 @@ impl Slots {
         let mut held = self.lock();
         let mut evicted = 0;
         if held.peers.get(&peer).copied().unwrap_or(0) >= self.per_peer {
-            let id = held.oldest_idle(|h| h.peer == peer).ok_or(Full::Peer)?;
+            let id = held.first_to_go(|h| h.peer == peer).ok_or(Full::Peer)?;
             held.evict(id);
             evicted += 1;
         }
         if held.open.len() >= self.max {
-            let id = held.oldest_idle(|_| true).ok_or(Full::Listener)?;
+            let id = held.first_to_go(|_| true).ok_or(Full::Listener)?;
             held.evict(id);
             evicted += 1;
         }
@@ -221,5 +223,60 @@ mod tests {
                 .admit(ip(2), Activity::new(), CancellationToken::new())
                 .is_ok()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stalled_heads_make_room_oldest_head_first_after_idle_ones() {
+        let slots = Slots::new(3, 3);
+        let second = std::time::Duration::from_secs(1);
+        // A stalls in its first head; B is served and then idle; C stalls in its head too.
+        let a = Activity::new();
+        let a_evict = CancellationToken::new();
+        let _a = slots.admit(ip(1), a.clone(), a_evict.clone()).unwrap();
+        a.read(10);
+        tokio::time::advance(second).await;
+        let b = Activity::new();
+        let b_evict = CancellationToken::new();
+        let _b = slots.admit(ip(2), b.clone(), b_evict.clone()).unwrap();
+        b.read(10);
+        drop(b.begin_request());
+        tokio::time::advance(second).await;
+        let c = Activity::new();
+        let c_evict = CancellationToken::new();
+        let _c = slots.admit(ip(3), c.clone(), c_evict.clone()).unwrap();
+        c.read(10);
+        tokio::time::advance(second).await;
+        // A trickles a byte: its head is still the oldest.
+        a.read(1);
+        // The idle connection goes first…
+        let d = Activity::new();
+        let (_d, evicted) = slots
+            .admit(ip(4), d.clone(), CancellationToken::new())
+            .unwrap();
+        assert_eq!(evicted, 1);
+        assert!(b_evict.is_cancelled() && !a_evict.is_cancelled() && !c_evict.is_cancelled());
+        let _d_busy = d.begin_request();
+        // …then the head begun longest ago, however recent its last byte…
+        let e = Activity::new();
+        let (_e, evicted) = slots
+            .admit(ip(5), e.clone(), CancellationToken::new())
+            .unwrap();
+        assert_eq!(evicted, 1);
+        assert!(a_evict.is_cancelled() && !c_evict.is_cancelled());
+        let _e_busy = e.begin_request();
+        // …and the same within one address's share.
+        let slots = Slots::new(10, 2);
+        let (x, y) = (Activity::new(), Activity::new());
+        let (x_evict, y_evict) = (CancellationToken::new(), CancellationToken::new());
+        let _x = slots.admit(ip(1), x.clone(), x_evict.clone()).unwrap();
+        x.read(10);
+        tokio::time::advance(second).await;
+        let _y = slots.admit(ip(1), y.clone(), y_evict.clone()).unwrap();
+        y.read(10);
+        let (_z, evicted) = slots
+            .admit(ip(1), Activity::new(), CancellationToken::new())
+            .unwrap();
+        assert_eq!(evicted, 1);
+        assert!(x_evict.is_cancelled() && !y_evict.is_cancelled());
     }
 }
