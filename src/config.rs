@@ -275,7 +275,7 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
         #[serde(alias = "http_max_connections")]
         pub http_max_connections: Option<u32>,
-        /// Most connections one client address may hold; at the limit its idle ones, then its stalled heads, make room, 1–1000000 [default: half of --http-max-connections]
+        /// Most connections one client address (an IPv6 /64) may hold; at the limit its idle ones, then its stalled heads, make room, 1–1000000 [default: half of --http-max-connections]
         #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS_PER_PEER")]
         #[serde(alias = "http_max_connections_per_peer")]
         pub http_max_connections_per_peer: Option<u32>,

@@ -1,30 +1,42 @@
 //! Who holds a listener's connection slots: at most `max` connections at once, at most
-//! `per_peer` from one address, and when a new connection finds either bound reached, a
+//! `per_peer` from one peer, and when a new connection finds either bound reached, a
 //! connection waiting on its client gives its slot up instead of the new one being refused:
 //! the one idle longest (between keep-alive requests, or silent since it was accepted), or
 //! failing that the one longest in the middle of a request head (a stalled or trickled head
 //! must not hold a slot against new clients). Only when every connection in the way has a
 //! request in the service is the new one refused. So neither idle sockets nor slow heads can
-//! lock clients out, and one address cannot take the listener.
+//! lock clients out, and one peer cannot take the listener.
+//!
+//! A peer is an IPv4 address, or an IPv6 /64 ([`peer`]): whoever has one IPv6 address
+//! usually has its whole /64, so counting each address apart would be no limit at all.
 //!
 //! An evicted connection is asked to close the way a draining one is (hyper's graceful
 //! shutdown): idle or in a head, it closes at once; if a request reached the service in the
 //! meantime, that request is answered first.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
 use super::connection::Activity;
 
+/// The peer a connection from `addr` counts against: an IPv4 address (written as IPv4-mapped
+/// IPv6 or not) is its own peer, an IPv6 address counts as its /64.
+pub fn peer(addr: IpAddr) -> IpAddr {
+    match addr.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & (u128::MAX << 64))),
+        v4 => v4,
+    }
+}
+
 /// Why a connection gets no slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Full {
     /// Every slot of the listener is held by a busy connection.
     Listener,
-    /// Every slot this address may hold is held by a busy connection of its own.
+    /// Every slot this peer may hold is held by a busy connection of its own.
     Peer,
 }
 
@@ -93,7 +105,7 @@ impl Drop for Slot {
 }
 
 impl Slots {
-    /// Slots for at most `max` connections, at most `per_peer` of them from one address.
+    /// Slots for at most `max` connections, at most `per_peer` of them from one [`peer`].
     pub fn new(max: usize, per_peer: usize) -> Arc<Self> {
         Arc::new(Self {
             max: max.max(1),
@@ -106,15 +118,15 @@ impl Slots {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A slot for a connection from `peer`, whose progress `activity` records and which closes
+    /// A slot for a connection from `addr`, whose progress `activity` records and which closes
     /// when `evict` is cancelled; and how many connections were told to close for it.
     pub fn admit(
         self: &Arc<Self>,
-        peer: IpAddr,
+        addr: IpAddr,
         activity: Arc<Activity>,
         evict: CancellationToken,
     ) -> Result<(Slot, u64), Full> {
-        let peer = peer.to_canonical();
+        let peer = peer(addr);
         let mut held = self.lock();
         let mut evicted = 0;
         if held.peers.get(&peer).copied().unwrap_or(0) >= self.per_peer {
@@ -278,5 +290,56 @@ mod tests {
             .unwrap();
         assert_eq!(evicted, 1);
         assert!(x_evict.is_cancelled() && !y_evict.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_ipv6_peer_is_its_64_and_an_ipv4_peer_its_address() {
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        let slots = Slots::new(10, 2);
+        let mut held = Vec::new();
+        for addr in ["2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"] {
+            let activity = Activity::new();
+            held.push((
+                slots
+                    .admit(v6(addr), activity.clone(), CancellationToken::new())
+                    .unwrap(),
+                activity.begin_request(),
+            ));
+        }
+        // A third address in the same /64 is the same peer…
+        let refused = slots.admit(
+            v6("2001:db8:1:2::3"),
+            Activity::new(),
+            CancellationToken::new(),
+        );
+        assert!(matches!(refused, Err(Full::Peer)));
+        // …the next /64 is another.
+        assert!(
+            slots
+                .admit(
+                    v6("2001:db8:1:3::1"),
+                    Activity::new(),
+                    CancellationToken::new()
+                )
+                .is_ok()
+        );
+        // IPv4 neighbours stay apart, and IPv4 written as IPv4-mapped IPv6 is its IPv4.
+        assert_eq!(peer(v6("2001:db8:1:2:3:4:5:6")), v6("2001:db8:1:2::"));
+        assert_eq!(peer(ip(7)), ip(7));
+        assert_eq!(peer(v6("::ffff:10.0.0.7")), ip(7));
+        for last in [1, 2] {
+            let activity = Activity::new();
+            held.push((
+                slots
+                    .admit(ip(last), activity.clone(), CancellationToken::new())
+                    .unwrap(),
+                activity.begin_request(),
+            ));
+        }
+        assert!(
+            slots
+                .admit(ip(3), Activity::new(), CancellationToken::new())
+                .is_ok()
+        );
     }
 }
