@@ -271,11 +271,11 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_HTTP_IDLE_TIMEOUT")]
         #[serde(alias = "http_idle_timeout")]
         pub http_idle_timeout: Option<String>,
-        /// Most connections the API serves at once; at the limit the idle longest is closed for a new one, and only busy ones mean a 503, 1–1000000 [default: 1024]
+        /// Most connections the API serves at once; at the limit the idle longest, else the longest in a request head, is closed for a new one, and only busy ones mean a 503, 1–1000000 [default: 1024]
         #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS")]
         #[serde(alias = "http_max_connections")]
         pub http_max_connections: Option<u32>,
-        /// Most connections one client address may hold; at the limit its idle ones make room, 1–1000000 [default: half of --http-max-connections]
+        /// Most connections one client address (an IPv6 /64) may hold; at the limit its idle ones, then its stalled heads, make room, 1–1000000 [default: half of --http-max-connections]
         #[arg(long, env = "SLUICE_HTTP_MAX_CONNECTIONS_PER_PEER")]
         #[serde(alias = "http_max_connections_per_peer")]
         pub http_max_connections_per_peer: Option<u32>,

@@ -200,23 +200,24 @@ async fn a_connection_flood_beyond_the_limit_is_refused_clearly() {
     // The flood comes from one address: let it reach the listener's own limit.
     raw.http_max_connections_per_peer = Some(20);
     // Long enough that the flood holds its connections for the whole test.
-    raw.http_header_timeout = Some("60s".into());
+    raw.http_body_timeout = Some("60s".into());
     let s = Sluice::start(raw).await;
     let addr = addr(&s);
 
-    // Twenty connections stuck in the middle of a request head hold every slot (idle ones
-    // would give theirs up: see tests/connections.rs)…
+    // Twenty requests in the service, waiting for the rest of their bodies, hold every slot
+    // (idle connections and stalled heads would give theirs up: see tests/connections.rs)…
     let mut flood = Vec::new();
     for _ in 0..20 {
         let mut stream = TcpStream::connect(&addr).await.expect("connect");
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
-            .await
-            .expect("write");
+        let head = format!(
+            "POST /v1/tenants HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN}\r\n\
+             content-type: application/json\r\ncontent-length: 200\r\n\r\n{{\"name\":\""
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
         flood.push(stream);
     }
-    // Let the server read those heads (ordering only: a connection it has heard nothing from
-    // yet counts as idle and would give its slot up).
+    // Let the server read those requests (ordering only: a connection it has heard nothing
+    // from yet counts as idle and would give its slot up).
     tokio::time::sleep(Duration::from_millis(300)).await;
     // …so the next ones are answered 503 problem+json with Retry-After, and closed.
     for _ in 0..5 {

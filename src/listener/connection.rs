@@ -58,7 +58,8 @@ impl Activity {
         self.opened.elapsed().as_millis() as u64
     }
 
-    fn read(&self, n: usize) {
+    /// `n` bytes arrived from the client.
+    pub(super) fn read(&self, n: usize) {
         if n == 0 {
             return;
         }
@@ -91,19 +92,20 @@ impl Activity {
         InService(Arc::clone(self))
     }
 
-    /// Since when the connection has been idle: between keep-alive requests (from its last
-    /// byte), or silent since it was accepted; `None` while a request is being read, handled
-    /// or answered.
-    pub fn idle_since(&self) -> Option<Instant> {
+    /// What the connection is waiting for from its client, and since when; `None` while a
+    /// request is in the service.
+    pub fn stall(&self) -> Option<Stall> {
         if self.busy.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let between = self.head_started_ms.load(Ordering::Acquire) == NONE;
-        let silent = !self.heard.load(Ordering::Acquire);
-        (between || silent).then(|| {
-            let ms = self.last_progress_ms.load(Ordering::Relaxed);
-            self.opened + std::time::Duration::from_millis(ms)
-        })
+        let at = |ms: u64| self.opened + std::time::Duration::from_millis(ms);
+        let started = self.head_started_ms.load(Ordering::Acquire);
+        if started == NONE || !self.heard.load(Ordering::Acquire) {
+            let last = self.last_progress_ms.load(Ordering::Relaxed);
+            Some(Stall::Idle(at(last)))
+        } else {
+            Some(Stall::Head(at(started)))
+        }
     }
 
     /// When the connection must be closed if nothing changes, or `None` while a request is in
@@ -121,6 +123,19 @@ impl Activity {
             started => Some(at(started, limits.header_read_timeout)),
         }
     }
+}
+
+/// What a connection with no request in the service is waiting for from its client, in the
+/// order connections give their slot up to a new one (see [`super::slots`]): an idle one loses
+/// nothing by closing, a stalled head loses a request its client has not finished sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stall {
+    /// Between keep-alive requests (or not reading its response) since its last byte, or
+    /// silent since it was accepted.
+    Idle(Instant),
+    /// In the middle of a request head begun then (at accept for a first request), however
+    /// recent its last byte: a head trickled a byte at a time is as stalled as one that stopped.
+    Head(Instant),
 }
 
 /// A request in the service; dropping it (answered, or abandoned) restarts the idle clock.
@@ -145,8 +160,8 @@ pub struct Stop {
 }
 
 /// Serve `conn` until it ends, its header or idle deadline passes, or the listener stops;
-/// when `evict` is cancelled (its slot was given to a new connection) it closes as a draining
-/// connection does: at once if idle, after the request in progress otherwise.
+/// when `evict` is cancelled (its slot was given to a new connection) it closes at once if
+/// idle or in the middle of a request head, after the request in progress otherwise.
 pub async fn watch<C: GracefulConnection>(
     conn: C,
     activity: Arc<Activity>,
@@ -177,6 +192,12 @@ pub async fn watch<C: GracefulConnection>(
                 conn.as_mut().graceful_shutdown();
             }
             _ = evict.cancelled(), if !draining => {
+                // hyper would keep reading a first request's unfinished head (and answer it)
+                // after a graceful shutdown, holding the socket its slot no longer counts until
+                // the header deadline; no request has reached the service, so drop it now.
+                if matches!(activity.stall(), Some(Stall::Head(_))) {
+                    return;
+                }
                 draining = true;
                 conn.as_mut().graceful_shutdown();
             }

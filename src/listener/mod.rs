@@ -1,11 +1,12 @@
 //! The HTTP listener's defences against slow, idle and too many clients: how long a request's
 //! headers and body may take to arrive, how long an idle keep-alive connection is kept, and how
-//! many connections are served at once, overall and from one address (see [`slots`]: at either
-//! bound the connection idle longest makes room before a new one is refused).
+//! many connections are served at once, overall and from one peer (an IPv4 address or an IPv6
+//! /64; see [`slots`]: at either bound the connection idle longest, else the one longest in a
+//! request head, makes room before a new one is refused).
 //!
 //! # Layout
 //! - [`settings`]: the limits, validated.
-//! - [`slots`]: who holds the connection slots, and which idle connection makes room.
+//! - [`slots`]: who holds the connection slots, and which waiting connection makes room.
 //! - [`connection`]: one connection's header and idle deadlines, and hyper's own errors as
 //!   problem+json.
 //!
@@ -76,12 +77,13 @@ impl Kind {
 /// Serve `router` on `listener` until `shutdown` resolves, then let requests in progress finish
 /// (for at most 5 s) and return.
 ///
-/// At most `max_connections` are served at once, at most `max_per_peer` from one address;
-/// at either bound the connection idle longest is closed to make room. When every connection
-/// in the way is busy the new one is accepted, answered `503` problem+json with
-/// `Retry-After: 1` and closed, so a client sees why rather than a connection that hangs in
-/// the kernel's backlog; a flood beyond the refusal slots is closed without an answer so that
-/// refusing stays cheap.
+/// At most `max_connections` are served at once, at most `max_per_peer` from one peer (an
+/// IPv4 address or an IPv6 /64); at either bound the connection idle longest, else the one
+/// longest in the middle of a request head, is closed to make room. When every connection in
+/// the way has a request in the service the new one is accepted, answered `503` problem+json
+/// with `Retry-After: 1` and closed, so a client sees why rather than a connection that hangs
+/// in the kernel's backlog; a flood beyond the refusal slots is closed without an answer so
+/// that refusing stays cheap.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
     listener: TcpListener,
@@ -103,8 +105,8 @@ pub async fn serve(
     ))
     .into();
     let peer_full: Arc<[u8]> = refusal_answer(&format!(
-        "too many connections from your address: one address may hold at most {per_peer} \
-         of this listener's connections at once; retry shortly"
+        "too many connections from your address: one address (an IPv6 /64) may hold at most \
+         {per_peer} of this listener's connections at once; retry shortly"
     ))
     .into();
     let stop = Stop::default();

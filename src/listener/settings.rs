@@ -18,9 +18,9 @@ pub struct ListenerSettings {
     pub idle_timeout: Duration,
     /// Connections served at once on the API listener; 1–1,000,000, default 1024.
     pub max_connections: u32,
-    /// Connections one client address may hold on the API listener; 1–1,000,000, default half
-    /// of `max_connections` (a value above it is `max_connections`). Behind a reverse proxy
-    /// every connection comes from the proxy: raise it to `max_connections` there.
+    /// Connections one client address (an IPv6 /64) may hold on the API listener; 1–1,000,000,
+    /// default half of `max_connections` (a value above it is `max_connections`). Behind a
+    /// reverse proxy every connection comes from the proxy: raise it to `max_connections` there.
     pub max_connections_per_peer: u32,
 }
 

@@ -250,7 +250,7 @@ pub struct Metrics {
     pub http_connections: Family<ListenerLabel, Gauge>,
     /// HTTP connections refused (over the connection limit) per listener.
     pub http_connections_refused: Family<ListenerLabel, Counter>,
-    /// Idle HTTP connections closed to make room for a new one, per listener.
+    /// Idle or stalled-head HTTP connections closed to make room for a new one, per listener.
     pub http_connections_evicted: Family<ListenerLabel, Counter>,
     /// Requests whose handler panicked (answered 500).
     pub http_panics: Counter,
@@ -507,7 +507,7 @@ impl Metrics {
         );
         r.register(
             "sluice_http_connections_evicted",
-            "Idle HTTP connections closed to make room for a new one, per listener",
+            "Idle or stalled-head HTTP connections closed to make room for a new one, per listener",
             self.http_connections_evicted.clone(),
         );
         r.register(
