@@ -414,6 +414,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn tenant_certificate_bytes(&self, tenant: &str, except: &str) -> StoreResult<u64> {
+        let (tenant, except) = (tenant.to_owned(), except.to_owned());
+        self.read(move |c| queries::tenant_certificate_bytes(c, &tenant, &except))
+            .await
+    }
+
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         let endpoint = endpoint.clone();
         let signal = self.signal.clone();
