@@ -48,7 +48,10 @@ async fn a_tenant_that_becomes_due_finds_a_slot_while_slow_endpoints_fill_the_po
         fast.record.requests() >= 1
     })
     .await;
-    assert!(made, "the quiet tenant waited for the slow tenant's attempts");
+    assert!(
+        made,
+        "the quiet tenant waited for the slow tenant's attempts"
+    );
     assert_eq!(
         slow.record.requests(),
         7,
