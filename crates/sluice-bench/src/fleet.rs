@@ -692,7 +692,7 @@ async fn start(
     let fleet = Fleet {
         binary,
         database_url: database_url.to_owned(),
-        redis_url: format!("redis://127.0.0.1:{redis_port}"),
+        redis_url: Some(format!("redis://127.0.0.1:{redis_port}")),
         admin_token: sluice::ids::new_token("sk_admin"),
         log_dir: log_dir.to_owned(),
         extra: Vec::new(),

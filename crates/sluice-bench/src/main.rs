@@ -245,6 +245,10 @@ pub struct BenchArgs {
     /// database, and a `redis-server` of their own) instead of in this process.
     #[arg(long)]
     pub dispatchers: Option<u32>,
+    /// With `--dispatchers`: run the fleet without Redis (each dispatcher holds its share of
+    /// every lane and rate limit, counted from the heartbeats).
+    #[arg(long, requires = "dispatchers")]
+    pub no_redis: bool,
     /// scale: endpoints registered beside the active ones (another tenant, written straight to
     /// the store, never sent to): what registered-but-idle endpoints cost.
     #[arg(long)]
@@ -282,9 +286,14 @@ impl BenchArgs {
             return format!("target {target} (CPU and memory figures are this bench process only)");
         }
         if let Some(n) = self.dispatchers.filter(|n| *n > 0) {
+            let redis = if self.no_redis {
+                "without Redis"
+            } else {
+                "and Redis"
+            };
             return format!(
                 "a fleet: one API process and {n} dispatcher processes (sluice serve) on \
-                 PostgreSQL and Redis, receivers and producers in this process, all on loopback"
+                 PostgreSQL {redis}, receivers and producers in this process, all on loopback"
             );
         }
         let store = match &self.database_url {

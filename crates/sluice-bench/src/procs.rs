@@ -42,7 +42,14 @@ impl Proc {
                 &format!("127.0.0.1:{port}"),
             ])
             .args(["--database-url", &fleet.database_url])
-            .args(["--redis-url", &fleet.redis_url])
+            .args(
+                fleet
+                    .redis_url
+                    .as_deref()
+                    .map(|url| ["--redis-url", url])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--allow-network", "127.0.0.0/8"])
             .args(&fleet.extra)
             .env("SLUICE_ADMIN_TOKEN", &fleet.admin_token)
@@ -168,8 +175,8 @@ pub(crate) struct Fleet {
     pub(crate) binary: PathBuf,
     /// The PostgreSQL database they share.
     pub(crate) database_url: String,
-    /// The Redis for fleet-wide lanes.
-    pub(crate) redis_url: String,
+    /// The Redis for fleet-wide lanes (`None`: the fleet runs without Redis).
+    pub(crate) redis_url: Option<String>,
     /// The operator token.
     pub(crate) admin_token: String,
     /// Where each process's stderr goes (`name.log`).

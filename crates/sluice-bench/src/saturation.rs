@@ -171,7 +171,7 @@ async fn drain(
         let fleet = Fleet {
             binary: binary.to_owned(),
             database_url: db.url.clone(),
-            redis_url: format!("redis://127.0.0.1:{redis_port}"),
+            redis_url: Some(format!("redis://127.0.0.1:{redis_port}")),
             admin_token: sluice::ids::new_token("sk_admin"),
             log_dir: log_dir.to_owned(),
             extra: vec!["--concurrency".into(), per_process.to_string()],

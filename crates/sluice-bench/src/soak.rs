@@ -927,7 +927,7 @@ async fn drive(
     let fleet = Fleet {
         binary,
         database_url: proxy.url_for(database_url)?,
-        redis_url: format!("redis://127.0.0.1:{redis_port}"),
+        redis_url: Some(format!("redis://127.0.0.1:{redis_port}")),
         admin_token: sluice::ids::new_token("sk_admin"),
         log_dir: log_dir.to_owned(),
         extra: vec!["--lease-ttl".into(), format!("{LEASE_TTL_S}s")],

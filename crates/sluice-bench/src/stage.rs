@@ -29,7 +29,7 @@ enum Around {
 /// The processes, Redis and database of a fleet phase.
 struct FleetParts {
     processes: Vec<Proc>,
-    redis: Redis,
+    redis: Option<Redis>,
     db: FreshDatabase,
     log_dir: std::path::PathBuf,
 }
@@ -66,8 +66,12 @@ impl Stage {
             .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
         let _ = rustls::crypto::ring::default_provider().install_default();
         let db = FreshDatabase::create(&server).await?;
-        let redis_port = sluice_testkit::free_port();
-        let redis = Redis::start(redis_port).await?;
+        let redis = if args.no_redis {
+            None
+        } else {
+            let port = sluice_testkit::free_port();
+            Some((Redis::start(port).await?, port))
+        };
         let log_dir = std::env::temp_dir().join(format!(
             "sluice-bench-fleet-{}-{}",
             std::process::id(),
@@ -77,7 +81,9 @@ impl Stage {
         let fleet = Fleet {
             binary: sluice_binary()?,
             database_url: db.url.clone(),
-            redis_url: format!("redis://127.0.0.1:{redis_port}"),
+            redis_url: redis
+                .as_ref()
+                .map(|(_, port)| format!("redis://127.0.0.1:{port}")),
             admin_token: sluice::ids::new_token("sk_admin"),
             log_dir: log_dir.clone(),
             extra: dispatcher_flags(args, tuning),
@@ -101,7 +107,7 @@ impl Stage {
         let sluice = Sluice::start(&remote, &Tuning::default()).await?;
         let parts = FleetParts {
             processes,
-            redis,
+            redis: redis.map(|(r, _)| r),
             db,
             log_dir,
         };
@@ -131,14 +137,16 @@ impl Stage {
             Around::Fleet(parts) => {
                 let FleetParts {
                     processes,
-                    mut redis,
+                    redis,
                     db,
                     log_dir,
                 } = *parts;
                 for mut p in processes {
                     let _ = p.kill9().await;
                 }
-                redis.stop().await;
+                if let Some(mut redis) = redis {
+                    redis.stop().await;
+                }
                 db.drop_it().await;
                 let _ = std::fs::remove_dir_all(&log_dir);
             }
