@@ -8,8 +8,8 @@
 //! other), so the console shows the fleet's occupancy shares. At drain the row is marked
 //! draining at once (the dispatcher no longer counts as a replica) and deleted when the drain
 //! ends; rows of dispatchers that died without draining go stale (three intervals) and are
-//! purged after [`PURGE_AFTER_INTERVALS`]. Without Redis, each beat also counts the live
-//! dispatchers, whose number sets this one's part of every lane and rate limit
+//! purged after [`PURGE_AFTER_INTERVALS`]. Without Redis, the task also counts the live
+//! dispatchers every second, whose number sets this one's part of every lane and rate limit
 //! ([`crate::admission::peers`]).
 
 use std::sync::Arc;
@@ -125,25 +125,40 @@ impl Ctx {
 /// intervals); purge long-dead dispatchers' rows now and then.
 pub(super) async fn heartbeat(ctx: Arc<Ctx>) {
     let interval = ctx.settings.heartbeat_interval;
-    for n in 0u64.. {
-        let named = ctx.beat(false).await;
-        if ctx.fleet.lanes.is_none() {
-            ctx.count_peers().await;
-        }
-        if n % 12 == 0 {
-            let before = crate::clock::now_ms() - ctx.purge_after_ms();
-            if let Err(e) = ctx.store.forget_heartbeats(None, before).await {
-                tracing::warn!(error = %e, "cannot purge stale heartbeats");
+    let mut next_beat = tokio::time::Instant::now();
+    let mut beats = 0u64;
+    loop {
+        if tokio::time::Instant::now() >= next_beat {
+            let named = ctx.beat(false).await;
+            if beats.is_multiple_of(12) {
+                let before = crate::clock::now_ms() - ctx.purge_after_ms();
+                if let Err(e) = ctx.store.forget_heartbeats(None, before).await {
+                    tracing::warn!(error = %e, "cannot purge stale heartbeats");
+                }
             }
+            beats += 1;
+            next_beat = tokio::time::Instant::now()
+                + if named {
+                    interval
+                } else {
+                    interval.min(UNNAMED_RETRY)
+                };
         }
-        let wait = if named {
-            interval
+        // Without Redis the live dispatchers are counted every second, not every beat: a
+        // dispatcher that joins is then counted by the others within a second (each holds
+        // its part of every lane and rate limit by that count).
+        let wait = if ctx.fleet.lanes.is_none() {
+            ctx.count_peers().await;
+            PEER_COUNT_INTERVAL
         } else {
-            interval.min(UNNAMED_RETRY)
+            interval
         };
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep_until(next_beat.min(tokio::time::Instant::now() + wait)).await;
     }
 }
+
+/// How often, without Redis, a dispatcher counts the live dispatchers.
+const PEER_COUNT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The name of this host (a pod's name on Kubernetes), read once; empty when the system does
 /// not say.
