@@ -408,8 +408,8 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_TENANT_WEIGHT")]
         #[serde(alias = "tenant_weight")]
         pub tenant_weight: Option<u32>,
-        /// Largest share of the pool a tenant without a ceiling of its own may hold while another
-        /// tenant waits, in (0, 1]; 1 is no ceiling [default: 1]
+        /// Largest share of the pool a tenant without a ceiling of its own may hold at any moment,
+        /// in (0, 1]; 1 is no ceiling (all but the reserve kept for tenants holding none) [default: 1]
         #[arg(long, env = "SLUICE_TENANT_MAX_SHARE")]
         #[serde(alias = "tenant_max_share")]
         pub tenant_max_share: Option<f64>,

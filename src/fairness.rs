@@ -19,10 +19,14 @@
 //!   **floor**, the lowest pass among the tenants being served (the system's virtual time): no
 //!   credit hoarded while idle, and no penalty either. A pass left behind while a tenant's
 //!   endpoints were all held (breaker open, paused) is lifted to the floor in the same way.
-//! - The **ceiling** (`max_share`) bounds the share of a dispatcher's pool one tenant may hold
-//!   while another tenant has due work: the dispatcher passes the tenant's remaining room with
-//!   the claim, which applies it only when the claim sees another tenant. Each dispatcher bounds
-//!   its own pool, so a fleet holds the same fraction of its whole pool.
+//! - The **ceiling** (`max_share`) bounds the share of a dispatcher's pool one tenant may hold,
+//!   at every moment: the dispatcher passes the tenant's remaining room with each claim, and
+//!   admission refuses a slot past it. Each dispatcher bounds its own pool, so a fleet holds the
+//!   same fraction of its whole pool.
+//! - The **reserve**: without a ceiling a tenant may fill the pool, all but a few slots
+//!   ([`reserve_slots`]) kept for tenants that hold none, so a tenant that becomes due starts at
+//!   once instead of waiting for another tenant's attempt to end. Beyond the reserve the pool is
+//!   work-conserving.
 //!
 //! The arithmetic lives here, pure; the drivers apply it (SQLite through [`quotas`] and
 //! [`choose`], PostgreSQL by the same rules inside its claim statement), and both pass one
@@ -39,8 +43,7 @@ pub const WEIGHTS: RangeInclusive<u32> = 1..=1000;
 pub struct SharePolicy {
     /// Relative share of the pool while tenants compete, 1–1000.
     pub weight: Option<u32>,
-    /// The largest fraction of the pool the tenant may hold while another tenant waits,
-    /// in (0, 1]; 1 is no ceiling.
+    /// The largest fraction of the pool the tenant may hold, in (0, 1]; 1 is no ceiling.
     pub max_share: Option<f64>,
 }
 
@@ -65,6 +68,13 @@ pub fn max_share_problem(max_share: f64) -> Option<String> {
 /// The number of attempts a tenant may hold in a pool of `pool` at `max_share` (at least one).
 pub fn ceiling_slots(max_share: f64, pool: u32) -> u32 {
     ((max_share * f64::from(pool)).floor() as u32).max(1)
+}
+
+/// The slots of a pool of `pool` kept free for tenants that hold none: a thirty-second of it,
+/// at least one (none in a pool of one). A tenant already holding slots is not claimed for
+/// once the pool's free slots are down to these.
+pub fn reserve_slots(pool: u32) -> u32 {
+    if pool <= 1 { 0 } else { pool.div_ceil(32) }
 }
 
 /// A tenant's pass as a claim uses it: its stored pass lifted to the floor, or the floor for a
@@ -198,14 +208,7 @@ pub fn fair_shares(tenants: &[(u32, f64)]) -> Vec<f64> {
         }
         open.retain(|i| !capped.contains(i));
     }
-    // Every tenant at its ceiling: nobody else waits for the rest, so it is shared by weight
-    // (the ceiling binds only while another tenant waits).
-    if open.is_empty() && left > 1e-12 && !tenants.is_empty() {
-        let weights: f64 = tenants.iter().map(|t| f64::from(t.0.max(1))).sum();
-        for (s, t) in share.iter_mut().zip(tenants) {
-            *s += left * f64::from(t.0.max(1)) / weights;
-        }
-    }
+    // Every tenant at its ceiling: the rest stays free (a ceiling binds at every moment).
     share
 }
 

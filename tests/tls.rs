@@ -4,6 +4,9 @@
 
 use sluice_testkit as support;
 
+#[path = "tls/bundles.rs"]
+mod bundles;
+
 use std::time::Duration;
 
 use serde_json::{Value, json};

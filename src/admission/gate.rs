@@ -1,4 +1,5 @@
-//! One admission, in order: enabled → paused → breaker → rate → lane → fleet → global permit;
+//! One admission, in order: enabled → paused → breaker → rate → lane → fleet → the tenant's
+//! seat → global permit;
 //! and the guard that gives back everything it took when the attempt ends, as a limit's permit
 //! does.
 //!
@@ -18,6 +19,7 @@ use super::fleet::{FleetAcquire, FleetLanes, FleetSlot};
 use super::lane::{Lane, LaneSlot};
 use super::peers::Peers;
 use super::rate::Turns;
+use super::seats::Seat;
 
 /// How often a delivery waiting for a fleet-wide slot asks again.
 const FLEET_RETRY: Duration = Duration::from_millis(20);
@@ -48,6 +50,8 @@ pub enum Held {
     },
     /// No lane slot (this process's, or the fleet's) within the acquisition deadline.
     Shed,
+    /// The tenant holds all the pool its ceiling allows.
+    TenantFull,
     /// Drain began before the attempt.
     Draining,
 }
@@ -74,6 +78,9 @@ pub trait Candidate: Send + Sync {
     fn turns<R>(&self, f: impl FnOnce(&mut Turns) -> R) -> Option<R>;
     /// A delivery to it was held by its rate limit: count it, and give back the breaker probe.
     fn rate_held(&self, probe: bool);
+    /// Take a seat of its tenant's under the tenant's ceiling; `None` (the breaker probe given
+    /// back) when the tenant holds all its ceiling allows.
+    fn seat(&self, probe: bool) -> Option<Seat>;
 }
 
 /// This process's fleet-wide admissions to one endpoint: how many it has in flight, and how
@@ -149,6 +156,7 @@ pub struct Admitted<'a> {
     _permit: SemaphorePermit<'a>,
     _lane: LaneSlot,
     _fleet: Option<FleetHold>,
+    _seat: Seat,
 }
 
 /// What a fleet admission holds: one count of the endpoint's, and a Redis slot unless it was
@@ -204,6 +212,9 @@ pub async fn admit<'a, C: Candidate>(
         },
         None => None,
     };
+    let Some(seat) = endpoint.seat(probe) else {
+        return Err(Held::TenantFull);
+    };
     if gate.draining.load(Ordering::Acquire) {
         return Err(Held::Draining);
     }
@@ -223,6 +234,7 @@ pub async fn admit<'a, C: Candidate>(
         _permit: permit,
         _lane: lane,
         _fleet: fleet,
+        _seat: seat,
     })
 }
 
@@ -354,6 +366,7 @@ async fn redis_slot<C: Candidate>(
 mod tests {
     use super::*;
     use crate::admission::rate::RateLimit;
+    use crate::admission::seats::Seats;
 
     /// An endpoint whose checks pass (as a breaker probe, when `probe`), with a rate limit.
     struct Limited {
@@ -363,6 +376,7 @@ mod tests {
         probe: bool,
         probes_returned: AtomicU32,
         sheds: AtomicU32,
+        seats: Arc<Seats>,
     }
 
     impl Limited {
@@ -374,6 +388,7 @@ mod tests {
                 probe,
                 probes_returned: AtomicU32::new(0),
                 sheds: AtomicU32::new(0),
+                seats: Arc::default(),
             }
         }
     }
@@ -407,6 +422,9 @@ mod tests {
             if probe {
                 self.probes_returned.fetch_add(1, Ordering::AcqRel);
             }
+        }
+        fn seat(&self, _probe: bool) -> Option<Seat> {
+            self.seats.try_take(u32::MAX)
         }
     }
 

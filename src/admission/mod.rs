@@ -1,14 +1,15 @@
 //! Admission control: what decides whether a claimed delivery is attempted now, held, or shed.
 //!
 //! [`admit`] is the one door, in order: enabled → paused → breaker → rate → lane → fleet →
-//! global permit; what it takes comes back when its [`Admitted`] guard drops. Its parts:
+//! the tenant's seat → global permit; what it takes comes back when its [`Admitted`] guard drops. Its parts:
 //!
 //! - [`rate`]: rate limit per endpoint (GCRA), fleet-wide in Redis with [`fleet`];
 //! - [`lane`]: per-endpoint bulkhead with an acquisition deadline (shed when it passes);
 //! - [`governor`]: AIMD concurrency limit per endpoint and Retry-After pauses;
 //! - [`breaker`]: latency breaker (p95 over a window vs the endpoint's ceiling) and error breaker;
 //! - [`fleet`]: lane slots held in Redis so a fleet of dispatchers shares one allowance;
-//! - [`peers`]: without Redis, this dispatcher's part of each lane and rate limit.
+//! - [`peers`]: without Redis, this dispatcher's part of each lane and rate limit;
+//! - [`seats`]: a tenant's attempts in the pool, held under its ceiling.
 
 pub mod breaker;
 pub mod fleet;
@@ -17,5 +18,6 @@ pub mod governor;
 pub mod lane;
 pub mod peers;
 pub mod rate;
+pub mod seats;
 
 pub use gate::{Admitted, Candidate, FleetCount, Gate, Held, admit};

@@ -93,7 +93,11 @@ mod tests {
             }
         }
         // Two slots over three dispatchers: one of them has none, which one turns.
-        let holders = |spin| (0..3).filter(|&r| part(2, 3, r, spin) == 1).collect::<Vec<_>>();
+        let holders = |spin| {
+            (0..3)
+                .filter(|&r| part(2, 3, r, spin) == 1)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(holders(0), [0, 1]);
         assert_eq!(holders(1), [0, 2]);
     }

@@ -1,7 +1,9 @@
 //! An endpoint's HTTPS settings as the API takes and shows them: its own CA bundle, the client
 //! certificate sluice presents (mTLS; the key is write-only and rotates with an overlap, like
 //! signing secrets), and OAuth2 client credentials (the client secret is write-only). Each is
-//! checked before anything is stored; a problem names the field at fault.
+//! checked before anything is stored; a problem names the field at fault. Certificates and keys
+//! are kept re-encoded, without whatever text surrounded them, and a tenant's endpoints hold at
+//! most [`MAX_TENANT_CERTIFICATE_BYTES`] of certificates between them.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -17,7 +19,12 @@ use super::views::{EndpointOut, check_id};
 use crate::delivery::ClientIdentity;
 use crate::delivery::oauth2::{ClientAuth, Credentials};
 use crate::delivery::tls::{self, IdentityError};
-use crate::store::Endpoint;
+use crate::store::{Endpoint, EndpointTls};
+
+/// Most bytes of certificates (CA bundles and client certificates, as kept) one tenant's
+/// endpoints hold between them: what bounds the PEM a page of endpoints reads and a
+/// dispatcher keeps for the tenant, beside the per-field limit of 256 KiB.
+pub(crate) const MAX_TENANT_CERTIFICATE_BYTES: u64 = 4 * 1024 * 1024;
 
 /// OAuth2 client credentials (RFC 6749 §4.4) as written: sluice gets a token from `token_url`
 /// and sends it as `Authorization: Bearer` with every attempt.
@@ -55,21 +62,22 @@ pub(crate) struct RotateClientCertificate {
     pub tls_client_key: String,
 }
 
-/// A CA bundle fit to trust, or a 422 naming `tls_ca_bundle`.
-pub(crate) fn check_ca_bundle(pem: &str) -> Result<(), Problem> {
-    tls::parse_ca_bundle(pem)
-        .map(|_| ())
+/// A CA bundle fit to trust, as it is kept (its certificates re-encoded, nothing else), or a
+/// 422 naming `tls_ca_bundle`.
+pub(crate) fn check_ca_bundle(pem: &str) -> Result<String, Problem> {
+    tls::canonical_ca_bundle(pem)
         .map_err(|e| Problem::unprocessable("tls_ca_bundle", format!("tls_ca_bundle {e}")))
 }
 
-/// A client certificate and key that belong together, or a 422 naming the one at fault.
+/// A client certificate and key that belong together, as they are kept (re-encoded, nothing
+/// else), or a 422 naming the one at fault.
 pub(crate) fn check_identity(certificate: &str, key: &str) -> Result<ClientIdentity, Problem> {
     let identity = ClientIdentity {
         certificate: certificate.to_owned(),
         key: key.to_owned(),
     };
-    match tls::parse_identity(&identity) {
-        Ok(_) => Ok(identity),
+    match tls::canonical_identity(&identity) {
+        Ok(kept) => Ok(kept),
         Err(IdentityError::Certificate(why)) => Err(Problem::unprocessable(
             "tls_client_certificate",
             format!("tls_client_certificate {why}"),
@@ -99,6 +107,45 @@ pub(crate) fn identity_of(
             "tls_client_certificate must be given with tls_client_key (null clears both)",
         )),
     }
+}
+
+/// The bytes of certificates an endpoint's TLS setting counts against its tenant's cap.
+pub(crate) fn certificate_bytes(t: &EndpointTls) -> u64 {
+    let chain = |c: &Option<ClientIdentity>| c.as_ref().map_or(0, |c| c.certificate.len());
+    (t.ca_bundle.as_ref().map_or(0, String::len) + chain(&t.client) + chain(&t.previous_client))
+        as u64
+}
+
+/// Refuse a change that grows the certificates endpoint `e` holds (from `before` bytes) when
+/// its tenant's endpoints would then hold more than [`MAX_TENANT_CERTIFICATE_BYTES`]; the
+/// problem names `field`. A change that adds nothing passes, so a tenant over the cap can still
+/// edit everything else.
+pub(crate) async fn check_certificate_room(
+    state: &AppState,
+    e: &Endpoint,
+    before: u64,
+    field: &str,
+) -> Result<(), Problem> {
+    let after = certificate_bytes(&e.tls);
+    if after <= before {
+        return Ok(());
+    }
+    let others = state
+        .store
+        .tenant_certificate_bytes(&e.tenant_id, &e.id)
+        .await?;
+    if others + after <= MAX_TENANT_CERTIFICATE_BYTES {
+        return Ok(());
+    }
+    Err(Problem::unprocessable(
+        field,
+        format!(
+            "{field} would bring the certificates kept for this tenant's endpoints (CA bundles \
+             and client certificates) to {} bytes: at most {MAX_TENANT_CERTIFICATE_BYTES} \
+             (4 MiB) are kept for one tenant",
+            others + after
+        ),
+    ))
 }
 
 fn visible(field: &str, text: &str, min: usize, max: usize) -> Result<(), Problem> {
@@ -190,6 +237,7 @@ pub(crate) async fn rotate_identity(
     check_id("endpoint", id)?;
     let mut e = state.store.endpoint(Some(tenant), id).await?;
     let identity = check_identity(certificate, key)?;
+    let before = certificate_bytes(&e.tls);
     let now = crate::clock::now_ms();
     let until = now + state.settings.rotation_overlap.as_millis() as i64;
     let previous = e.tls.client.replace(identity);
@@ -202,6 +250,7 @@ pub(crate) async fn rotate_identity(
     };
     e.tls.previous_client_until_ms = previous.as_ref().map(|_| until);
     e.tls.previous_client = previous;
+    check_certificate_room(state, &e, before, "tls_client_certificate").await?;
     e.updated_at_ms = now;
     state.store.update_endpoint(&e).await?;
     if let Some(ctx) = &state.dispatcher {

@@ -10,7 +10,9 @@ use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
 use super::endpoint_checks::{check_destination, check_headers, check_limits, check_rate_limit};
-use super::endpoint_tls::{OAuth2In, check_ca_bundle, check_oauth2, identity_of};
+use super::endpoint_tls::{
+    OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
+};
 use super::error::{ApiResult, Problem};
 use super::event_types::check_event_types;
 use super::page::{Page, PageQuery, Q};
@@ -199,9 +201,11 @@ pub(crate) async fn create_endpoint(
     check_text("description", &req.description, 1000)?;
     let rate_limit = req.rate_limit.map(check_rate_limit).transpose()?;
     let headers = check_headers(&req.headers)?;
-    if let Some(pem) = &req.tls_ca_bundle {
-        check_ca_bundle(pem)?;
-    }
+    let ca_bundle = req
+        .tls_ca_bundle
+        .as_deref()
+        .map(check_ca_bundle)
+        .transpose()?;
     let identity = identity_of(
         req.tls_client_certificate.map(Some),
         req.tls_client_key.map(Some),
@@ -227,14 +231,20 @@ pub(crate) async fn create_endpoint(
     endpoint.total_timeout_ms = req.total_timeout_ms;
     endpoint.rate_limit = rate_limit;
     endpoint.ordering = req.ordering;
-    endpoint.tls.ca_bundle = req.tls_ca_bundle;
+    let field = match &ca_bundle {
+        Some(_) => "tls_ca_bundle",
+        None => "tls_client_certificate",
+    };
+    endpoint.tls.ca_bundle = ca_bundle;
     endpoint.tls.client = identity.flatten();
     endpoint.oauth2 = oauth2;
+    check_certificate_room(state, &endpoint, 0, field).await?;
     state.store.create_endpoint(&endpoint).await?;
     Ok(endpoint)
 }
 
-/// List the tenant's endpoints (the operational webhook is listed on its own route).
+/// List the tenant's endpoints (the operational webhook is listed on its own route). Each shows
+/// its certificates' fingerprints rather than their PEM, which `GET /v1/endpoints/{id}` shows.
 #[utoipa::path(get, path = "/v1/endpoints", operation_id = "listEndpoints", tag = "endpoints", security(("tenant" = [])),
     params(PageQuery),
     responses((status = 200, body = Page<EndpointOut>),
@@ -258,7 +268,7 @@ pub(crate) async fn list(
     let data = endpoints
         .into_iter()
         .filter(|e| !e.operational)
-        .map(|e| EndpointOut::new(e, false))
+        .map(EndpointOut::listed)
         .collect();
     Ok(Json(Page { data, next }))
 }
@@ -324,9 +334,11 @@ pub(crate) async fn update_endpoint(
         Some(None) => Some(None),
         None => None,
     };
-    if let Some(Some(pem)) = &req.tls_ca_bundle {
-        check_ca_bundle(pem)?;
-    }
+    let ca_bundle = match &req.tls_ca_bundle {
+        Some(Some(pem)) => Some(Some(check_ca_bundle(pem)?)),
+        Some(None) => Some(None),
+        None => None,
+    };
     let identity = identity_of(req.tls_client_certificate, req.tls_client_key)?;
     let oauth2 = match req.oauth2 {
         Some(Some(o)) => Some(Some(check_oauth2(state, o, e.oauth2.as_ref()).await?)),
@@ -352,7 +364,12 @@ pub(crate) async fn update_endpoint(
     if let Some(headers) = headers {
         e.headers = headers;
     }
-    if let Some(bundle) = req.tls_ca_bundle {
+    let held = certificate_bytes(&e.tls);
+    let field = match &ca_bundle {
+        Some(Some(_)) => "tls_ca_bundle",
+        _ => "tls_client_certificate",
+    };
+    if let Some(bundle) = ca_bundle {
         e.tls.ca_bundle = bundle;
     }
     if let Some(identity) = identity {
@@ -386,6 +403,7 @@ pub(crate) async fn update_endpoint(
         }
         e.enabled = enabled;
     }
+    check_certificate_room(state, &e, held, field).await?;
     e.updated_at_ms = crate::clock::now_ms();
     state.store.update_endpoint(&e).await?;
     if let Some(ctx) = &state.dispatcher {

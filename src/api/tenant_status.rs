@@ -168,12 +168,12 @@ pub(crate) fn judge(
             ShareCondition::Within,
             format!("within its share: {holding}; nothing has waited a second"),
         )
-    } else if others > 0 && at_ceiling {
+    } else if at_ceiling {
         (
             ShareCondition::Held,
             format!(
-                "held at its ceiling: it may hold {} of the pool while other tenants wait, and \
-                 {others} other tenants have due work; {holding}; {waits}",
+                "held at its ceiling: it may hold {} of the pool, and {others} other tenants \
+                 have due work; {holding}; {waits}",
                 pct(max_share)
             ),
         )

@@ -24,8 +24,8 @@ pub(super) struct CreateTenant {
     /// Its share of the pool while tenants compete, relative to the others' weights, 1–1000
     /// (default: the process's `--tenant-weight`, 1).
     pub weight: Option<u32>,
-    /// The largest share of the pool it may hold while another tenant waits, above 0 and at
-    /// most 1 (default: the process's `--tenant-max-share`, 1: no ceiling).
+    /// The largest share of the pool it may hold at any moment, above 0 and at most 1
+    /// (default: the process's `--tenant-max-share`, 1: no ceiling).
     pub max_share: Option<f64>,
 }
 

@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::error::Problem;
 use super::time::Timestamp;
 use crate::delivery::oauth2::{ClientAuth, Credentials};
+use crate::delivery::pem;
 use crate::ids;
 use crate::signing::{Scheme, SigningKey, scheme_of};
 use crate::store::{
@@ -92,7 +93,8 @@ impl From<DeliveryState> for StateParam {
     }
 }
 
-/// An endpoint; `secret` only on create and on rotation.
+/// An endpoint; `secret` only on create and on rotation, its certificates (PEM) everywhere but
+/// in lists (which show their fingerprints).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EndpointOut {
     /// `ep_…`
@@ -129,11 +131,26 @@ pub struct EndpointOut {
     pub public_key: Option<String>,
     /// Until when the previous key still signs too (after a rotation); both signatures are sent.
     pub previous_secret_until: Option<Timestamp>,
-    /// CA certificates (PEM) trusted for this endpoint beside the operator's and the system's.
-    pub tls_ca_bundle: Option<String>,
-    /// The client certificate presented when the receiver asks for one (PEM; its key is never
-    /// shown).
-    pub tls_client_certificate: Option<String>,
+    /// CA certificates (PEM) trusted for this endpoint beside the operator's and the system's,
+    /// re-encoded (nothing around them is kept). Left out of lists, which show
+    /// `tls_ca_bundle_sha256`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub tls_ca_bundle: Option<Option<String>>,
+    /// SHA-256 over the DER of the CA bundle's certificates in order, lower-case hex (for one
+    /// certificate, its usual SHA-256 fingerprint); null without a bundle.
+    pub tls_ca_bundle_sha256: Option<String>,
+    /// How many certificates the CA bundle holds; null without a bundle.
+    pub tls_ca_bundle_certificates: Option<u32>,
+    /// The client certificate presented when the receiver asks for one, then any
+    /// intermediates (PEM, re-encoded; its key is never shown). Left out of lists, which show
+    /// `tls_client_certificate_sha256`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub tls_client_certificate: Option<Option<String>>,
+    /// SHA-256 of the client certificate's DER (the first of the chain), lower-case hex; null
+    /// without one.
+    pub tls_client_certificate_sha256: Option<String>,
     /// Until when the client certificate before the last rotation is still presented (when
     /// the receiver refuses the current one).
     pub previous_tls_client_certificate_until: Option<Timestamp>,
@@ -189,22 +206,57 @@ impl From<&Credentials> for OAuth2Out {
     }
 }
 
-/// What [`EndpointOut`] shows of an endpoint's TLS setting: the CA bundle, the client
-/// certificate (never its key) and the end of a rotation's overlap.
-fn tls_shown(t: &EndpointTls) -> (Option<String>, Option<String>, Option<Timestamp>) {
-    let overlap = t
-        .previous_client_until_ms
-        .filter(|until| *until > crate::clock::now_ms() && t.previous_client.is_some());
-    (
-        t.ca_bundle.clone(),
-        t.client.as_ref().map(|c| c.certificate.clone()),
-        overlap.map(Timestamp),
-    )
+/// What [`EndpointOut`] shows of an endpoint's TLS setting: its certificates (never the key)
+/// when `with_pem`, their fingerprints always, and the end of a rotation's overlap. The
+/// certificates are shown as they are parsed from what is stored, re-encoded: nothing stored
+/// around them (by a version that kept the text as given) is ever shown.
+struct TlsShown {
+    ca_bundle: Option<Option<String>>,
+    ca_bundle_sha256: Option<String>,
+    ca_bundle_certificates: Option<u32>,
+    client_certificate: Option<Option<String>>,
+    client_certificate_sha256: Option<String>,
+    overlap: Option<Timestamp>,
+}
+
+impl TlsShown {
+    fn of(t: &EndpointTls, with_pem: bool) -> Self {
+        let ca = t.ca_bundle.as_deref().map(pem::stored_certificates);
+        let chain = t
+            .client
+            .as_ref()
+            .map(|c| pem::stored_certificates(&c.certificate));
+        let shown =
+            |certs: &Option<Vec<_>>| with_pem.then(|| certs.as_deref().map(pem::certificates_pem));
+        let overlap = t
+            .previous_client_until_ms
+            .filter(|until| *until > crate::clock::now_ms() && t.previous_client.is_some());
+        Self {
+            ca_bundle: shown(&ca),
+            ca_bundle_sha256: ca.as_deref().map(pem::certificates_sha256),
+            ca_bundle_certificates: ca.as_ref().map(|c| c.len() as u32),
+            client_certificate: shown(&chain),
+            client_certificate_sha256: chain
+                .as_deref()
+                .map(|c| pem::certificates_sha256(&c[..c.len().min(1)])),
+            overlap: overlap.map(Timestamp),
+        }
+    }
 }
 
 impl EndpointOut {
     /// The view of `e`, with its secret when `with_secret`.
     pub fn new(e: Endpoint, with_secret: bool) -> Self {
+        Self::build(e, with_secret, true)
+    }
+
+    /// The view of `e` in a list: its certificates' fingerprints, not their PEM (up to 256 KiB
+    /// each), so a page stays small whatever the endpoints trust.
+    pub fn listed(e: Endpoint) -> Self {
+        Self::build(e, false, false)
+    }
+
+    fn build(e: Endpoint, with_secret: bool, with_pem: bool) -> Self {
         let overlap = e
             .previous_secret_until_ms
             .filter(|until| *until > crate::clock::now_ms() && e.previous_secret.is_some());
@@ -215,7 +267,7 @@ impl EndpointOut {
                 .ok()
                 .and_then(|k| k.public_key()),
         };
-        let (tls_ca_bundle, tls_client_certificate, previous_identity_until) = tls_shown(&e.tls);
+        let tls = TlsShown::of(&e.tls, with_pem);
         Self {
             oauth2: e.oauth2.as_ref().map(Into::into),
             ordering: e.ordering,
@@ -223,9 +275,12 @@ impl EndpointOut {
                 per_second: l.per_second(),
                 burst: l.burst(),
             }),
-            tls_ca_bundle,
-            tls_client_certificate,
-            previous_tls_client_certificate_until: previous_identity_until,
+            tls_ca_bundle: tls.ca_bundle,
+            tls_ca_bundle_sha256: tls.ca_bundle_sha256,
+            tls_ca_bundle_certificates: tls.ca_bundle_certificates,
+            tls_client_certificate: tls.client_certificate,
+            tls_client_certificate_sha256: tls.client_certificate_sha256,
+            previous_tls_client_certificate_until: tls.overlap,
             secret: with_secret.then_some(e.secret),
             id: e.id,
             url: e.url,

@@ -6,11 +6,12 @@
 //! addresses that were checked) and keeps one keep-alive pool sized to the dispatcher's
 //! concurrency. There is one client per distinct (timeouts, TLS setting): endpoints with their
 //! own CA bundle or client certificate get a client of their own, shared by every endpoint
-//! with the same setting.
+//! with the same certificates and key (whatever their PEM text looked like).
 
 mod clients;
 pub mod oauth2;
 mod outcome;
+pub mod pem;
 mod record;
 pub mod timing;
 pub mod tls;

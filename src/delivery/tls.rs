@@ -9,10 +9,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{AlertDescription, CertificateError, RootCertStore};
 
 use super::ErrorKind;
+use super::pem::{self, MAX_PEM_BYTES, certificates_pem, key_pem, parse_certificates};
 use super::timing::TimedSessionStore;
-
-/// Largest PEM bundle (CA certificates, or a client certificate chain or key) accepted, bytes.
-pub const MAX_PEM_BYTES: usize = 256 * 1024;
 
 /// A client certificate chain and its private key, both PEM: what sluice presents to an
 /// endpoint that asks for one.
@@ -46,20 +44,59 @@ pub struct TlsProfile {
     fingerprint: [u8; 32],
 }
 
+/// What a part of a [`TlsProfile`] is built from, for its fingerprint: read as
+/// [`client_config`] reads it.
+enum Material<'a> {
+    /// The DER items its PEM holds.
+    Der(Vec<Vec<u8>>),
+    /// Text that holds none (its client fails to build, whatever the text).
+    Text(&'a str),
+}
+
+impl Material<'_> {
+    fn certificates(pem: &str) -> Material<'_> {
+        match stored_certificates(pem) {
+            Ok(certs) => Material::Der(certs.into_iter().map(|c| c.to_vec()).collect()),
+            Err(_) => Material::Text(pem),
+        }
+    }
+
+    fn key(pem: &str) -> Material<'_> {
+        match PrivateKeyDer::from_pem_slice(pem.as_bytes()) {
+            Ok(key) => Material::Der(vec![key.secret_der().to_vec()]),
+            Err(_) => Material::Text(pem),
+        }
+    }
+}
+
 impl TlsProfile {
     /// The setting of `ca_bundle` and `identity`.
     pub fn new(ca_bundle: Option<String>, identity: Option<ClientIdentity>) -> Self {
         use sha2::Digest;
         let mut h = sha2::Sha256::new();
+        // The DER the client is built from, not the PEM text: the same certificates and key
+        // with other line breaks or comments around them share one client.
         for part in [
-            ca_bundle.as_deref(),
-            identity.as_ref().map(|i| i.certificate.as_str()),
-            identity.as_ref().map(|i| i.key.as_str()),
+            ca_bundle.as_deref().map(Material::certificates),
+            identity
+                .as_ref()
+                .map(|i| Material::certificates(&i.certificate)),
+            identity.as_ref().map(|i| Material::key(&i.key)),
         ] {
-            // A length prefix, and a distinct one for "none": no two settings hash alike.
+            // Length prefixes, a tag per kind and a distinct marker for "none": no two
+            // settings hash alike.
             match part {
                 None => h.update(u64::MAX.to_be_bytes()),
-                Some(text) => {
+                Some(Material::Der(items)) => {
+                    h.update([0]);
+                    h.update((items.len() as u64).to_be_bytes());
+                    for item in items {
+                        h.update((item.len() as u64).to_be_bytes());
+                        h.update(&item);
+                    }
+                }
+                Some(Material::Text(text)) => {
+                    h.update([1]);
                     h.update((text.len() as u64).to_be_bytes());
                     h.update(text.as_bytes());
                 }
@@ -78,28 +115,19 @@ impl TlsProfile {
     }
 }
 
-/// Every certificate of a PEM bundle; an error names what is wrong, for a 422 or a start-up
-/// problem. Anything but `CERTIFICATE` sections (a key pasted by mistake) is refused.
-pub fn parse_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    if pem.len() > MAX_PEM_BYTES {
-        return Err(format!("must be at most {MAX_PEM_BYTES} bytes of PEM"));
-    }
-    let mut certs = Vec::new();
-    for item in rustls::pki_types::pem::PemObject::pem_slice_iter(pem.as_bytes()) {
-        let cert: CertificateDer<'static> =
-            item.map_err(|e| format!("is not a PEM bundle of certificates: {e}"))?;
-        certs.push(cert);
-    }
-    let sections = pem.matches("-----BEGIN ").count();
-    if certs.is_empty() {
-        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
-    }
-    if sections != certs.len() {
-        return Err(
-            "holds PEM sections that are not certificates (only CERTIFICATE is accepted)".into(),
-        );
-    }
-    Ok(certs)
+/// A CA bundle as it is kept: its certificates re-encoded, each checked to be usable as a
+/// trust anchor; nothing around them is kept.
+pub fn canonical_ca_bundle(pem: &str) -> Result<String, String> {
+    parse_ca_bundle(pem).map(|certs| certificates_pem(&certs))
+}
+
+/// A client identity as it is kept: its chain and key re-encoded, checked to belong together.
+pub fn canonical_identity(identity: &ClientIdentity) -> Result<ClientIdentity, IdentityError> {
+    let (chain, key) = parse_identity(identity)?;
+    Ok(ClientIdentity {
+        certificate: certificates_pem(&chain),
+        key: key_pem(&key),
+    })
 }
 
 /// The CA certificates of a PEM bundle, each checked to be usable as a trust anchor.
@@ -124,6 +152,7 @@ pub fn parse_identity(
             "must be at most {MAX_PEM_BYTES} bytes of PEM"
         )));
     }
+    pem::check_text(&identity.key).map_err(IdentityError::Key)?;
     let key = PrivateKeyDer::from_pem_slice(identity.key.as_bytes()).map_err(|e| {
         IdentityError::Key(format!(
             "is not a PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"
@@ -209,8 +238,13 @@ pub fn client_config(
         None => base.clone(),
         Some(pem) => {
             let mut roots = (**base).clone();
-            for cert in parse_ca_bundle(pem).map_err(|e| format!("the CA bundle {e}"))? {
-                let _ = roots.add(cert);
+            for (i, cert) in stored_certificates(pem)?.into_iter().enumerate() {
+                roots.add(cert).map_err(|e| {
+                    format!(
+                        "the CA bundle's certificate {} cannot be a trusted CA: {e}",
+                        i + 1
+                    )
+                })?;
             }
             Arc::new(roots)
         }
@@ -225,7 +259,9 @@ pub fn client_config(
     let mut config = match profile.and_then(|p| p.identity.as_ref()) {
         None => builder.with_no_client_auth(),
         Some(identity) => {
-            let (chain, key) = parse_identity(identity).map_err(|e| e.to_string())?;
+            let chain = stored_certificates(&identity.certificate)?;
+            let key = PrivateKeyDer::from_pem_slice(identity.key.as_bytes())
+                .map_err(|e| format!("the client key is not a PEM private key: {e}"))?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| format!("the client certificate cannot be used: {e}"))?
@@ -234,6 +270,17 @@ pub fn client_config(
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config.resumption = rustls::client::Resumption::store(Arc::new(TimedSessionStore::new()));
     Ok(config)
+}
+
+/// The certificates of a stored PEM field, read as they were when the API checked them: text
+/// around them is passed over, so a row written before control characters were refused still
+/// delivers (what is written now holds the certificates alone).
+fn stored_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = pem::stored_certificates(pem);
+    match certs.is_empty() {
+        true => Err("no PEM certificate in a stored TLS setting".into()),
+        false => Ok(certs),
+    }
 }
 
 /// The rustls error behind a client error, if a TLS failure caused it. `io::Error::source`
@@ -336,12 +383,53 @@ mod tests {
         assert_eq!(classify(found), ErrorKind::TlsCertificateUnknown);
     }
 
+    /// Two stand-in certificates: the PEM layer never reads inside the DER.
+    const ONE: &str = "-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n";
+    const TWO: &str = "-----BEGIN CERTIFICATE-----\nMAMCAQI=\n-----END CERTIFICATE-----\n";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nMAMCAQM=\n-----END PRIVATE KEY-----\n";
+
     #[test]
-    fn bundles_refuse_what_is_not_a_certificate() {
-        assert!(parse_certificates("").is_err());
-        assert!(parse_certificates("hello").is_err());
-        let key =
-            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIEz7\n-----END PRIVATE KEY-----\n";
-        assert!(parse_certificates(key).is_err());
+    fn a_key_with_control_characters_is_refused() {
+        for junk in ["\0", "\u{1b}[2J", "\u{7f}", "\u{85}"] {
+            let identity = ClientIdentity {
+                certificate: ONE.into(),
+                key: format!("{junk}{KEY}"),
+            };
+            assert!(matches!(
+                parse_identity(&identity),
+                Err(IdentityError::Key(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn a_profile_is_known_by_its_certificates_not_their_text() {
+        let identity = |certificate: &str, key: &str| ClientIdentity {
+            certificate: certificate.into(),
+            key: key.into(),
+        };
+        let plain = TlsProfile::new(Some(format!("{ONE}{TWO}")), Some(identity(ONE, KEY)));
+        let dressed = TlsProfile::new(
+            Some(format!(
+                "\u{0}# ours\n{}\n\n{TWO}\n",
+                ONE.replace('\n', "\r\n")
+            )),
+            Some(identity(
+                &format!("Bag Attributes\n{ONE}"),
+                &format!("{KEY}\n"),
+            )),
+        );
+        assert_eq!(plain.fingerprint(), dressed.fingerprint());
+        let others = [
+            TlsProfile::new(Some(format!("{TWO}{ONE}")), Some(identity(ONE, KEY))),
+            TlsProfile::new(Some(ONE.into()), Some(identity(ONE, KEY))),
+            TlsProfile::new(Some(format!("{ONE}{TWO}")), Some(identity(TWO, KEY))),
+            TlsProfile::new(Some(format!("{ONE}{TWO}")), None),
+            TlsProfile::new(None, Some(identity(ONE, KEY))),
+            TlsProfile::new(Some("not PEM".into()), Some(identity(ONE, KEY))),
+        ];
+        for (i, other) in others.iter().enumerate() {
+            assert_ne!(plain.fingerprint(), other.fingerprint(), "{i}");
+        }
     }
 }

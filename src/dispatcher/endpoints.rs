@@ -1,6 +1,7 @@
 //! The dispatcher's live view of each endpoint: its parsed target, lane, governor, breaker and
 //! rolling statistics. Configuration is re-read from the store at most every few seconds.
 
+use crate::admission::seats::Seats;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -73,6 +74,8 @@ pub(super) struct EndpointRuntime {
     pub(super) id: String,
     /// Tenant id.
     pub(super) tenant_id: String,
+    /// Its tenant's seats in the pool (one count per tenant, shared by its endpoints).
+    pub(super) seats: Arc<Seats>,
     /// The bulkhead.
     pub(super) lane: Arc<Lane>,
     /// Claimed deliveries whose tasks have not yet passed the lane (admitted or shed).
@@ -134,6 +137,8 @@ pub(super) struct Endpoints {
     awake: Mutex<HashSet<String>>,
     /// What the quiet endpoints were found quiet under (see [`Self::view_key`]).
     key: Mutex<ViewKey>,
+    /// Each tenant's seats, shared by the runtimes of its endpoints (gone with the last).
+    seats: Mutex<HashMap<String, std::sync::Weak<Seats>>>,
 }
 
 /// What a quiet endpoint's room depends on beside the endpoint itself: the pool's concurrency
@@ -150,7 +155,22 @@ impl Endpoints {
             map: Mutex::new(HashMap::new()),
             awake: Mutex::new(HashSet::new()),
             key: Mutex::new((0, 0, 0)),
+            seats: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The seats of `tenant`, shared with its other endpoints here.
+    fn seats(&self, tenant: &str) -> Arc<Seats> {
+        let mut seats = self.seats.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = seats.get(tenant).and_then(std::sync::Weak::upgrade) {
+            return s;
+        }
+        if seats.len() >= 1024 && seats.len().is_power_of_two() {
+            seats.retain(|_, s| s.strong_count() > 0);
+        }
+        let s = Arc::new(Seats::default());
+        seats.insert(tenant.to_owned(), Arc::downgrade(&s));
+        s
     }
 
     /// Something happened to the endpoint (a claim, a configuration change): claim views read
@@ -361,6 +381,7 @@ impl Endpoints {
         let rt = Arc::new(EndpointRuntime {
             id: endpoint.id.clone(),
             tenant_id: endpoint.tenant_id.clone(),
+            seats: self.seats(&endpoint.tenant_id),
             lane: Lane::new(),
             fleet: Arc::default(),
             spin: spin(&endpoint.id),

@@ -24,9 +24,15 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
             ctx.capacity_freed(Duration::from_millis(100)).await;
             continue;
         }
-        let limit = free.min(ctx.settings.claim_batch as usize) as u32;
+        // The last few free slots are kept for tenants holding none, so a tenant that becomes
+        // due starts at once: while more are free, a claim takes the rest for anyone; once only
+        // those are, it takes them only for tenants holding none here.
+        let reserve = crate::fairness::reserve_slots(concurrency as u32) as usize;
+        let reserve_only = free <= reserve;
+        let room = if reserve_only { free } else { free - reserve };
+        let limit = room.min(ctx.settings.claim_batch as usize) as u32;
         let per_endpoint = ctx.settings.lane_size.max(1);
-        let view = ctx.claim_view(per_endpoint, limit);
+        let view = ctx.claim_view(per_endpoint, limit, reserve_only);
         let (fair_floor, charges) = ctx.tenants.for_claim();
         // The leases end `lease_ttl` after the `now_ms` the claim sends, which is read after
         // this instant: attempts end by `lease_end` less the settle margin.

@@ -66,9 +66,12 @@ pub struct Ctx {
     attempts: Semaphore,
     /// The current global concurrency bound.
     concurrency: AtomicU32,
-    /// Claimed deliveries not yet settled.
+    /// Claimed deliveries whose attempt (or hold) has not yet ended: what the pool holds. A slot
+    /// frees when its attempt ends, not when its settlement is written.
     outstanding: AtomicUsize,
-    /// Signalled when outstanding work settles (capacity freed).
+    /// Settlements handed to the settler and not yet written (bounded by its channel).
+    unsettled: AtomicUsize,
+    /// Signalled when an attempt ends or a settlement is written (capacity freed).
     capacity: Notify,
     draining: AtomicBool,
     /// Told when drain begins, so the leaser stops after the claim it is making.
@@ -101,9 +104,14 @@ impl Ctx {
         self.capacity.notify_one();
     }
 
-    /// Claimed and not yet settled.
+    /// Claimed, and the attempt not yet ended.
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Acquire)
+    }
+
+    /// Claimed and not yet settled: attempts under way, and settlements not yet written.
+    fn unfinished(&self) -> usize {
+        self.outstanding() + self.unsettled.load(Ordering::Acquire)
     }
 
     /// Has drain begun?
@@ -115,8 +123,9 @@ impl Ctx {
     /// (paused, breaker open, or no free lane slot) and those with fewer free slots than
     /// `per_endpoint`, so a claim takes no more than their lanes can start (shedding stays the
     /// exception, not a churn of claim → shed → requeue); and the tenants near their ceiling,
-    /// with the room left to each (see [`tenants::rooms`]).
-    fn claim_view(&self, per_endpoint: u32, limit: u32) -> ClaimView {
+    /// with the room left to each, none to a tenant already holding slots when the claim may
+    /// only use the pool's reserve (`reserve_only`; see [`tenants::rooms`]).
+    fn claim_view(&self, per_endpoint: u32, limit: u32, reserve_only: bool) -> ClaimView {
         let now = Instant::now();
         let concurrency = self.concurrency();
         let part = |spin| self.fleet.part(spin);
@@ -163,7 +172,7 @@ impl Ctx {
             let (_, share) = tenants::in_force(policy, weight, max_share);
             (*tenant, holds, share)
         });
-        view.tenant_room = tenants::rooms(shares, concurrency, limit);
+        view.tenant_room = tenants::rooms(shares, concurrency, limit, reserve_only);
         self.endpoints.rest(&quiet);
         view
     }
@@ -218,15 +227,22 @@ impl Ctx {
         inflight.insert(id, (token, handle.abort_handle()));
     }
 
+    /// Hand a settlement to the settler: its slot of the pool is free from then (the
+    /// settlement still has the rest of its lease to be written, and the delivery stays leased
+    /// until it is, so nothing can be claimed twice). The settler's channel is bounded, so a
+    /// store that cannot keep up holds the slots, and the claims, back.
     async fn submit(&self, item: SettleItem) {
+        self.unsettled.fetch_add(1, Ordering::AcqRel);
         if self.settle_tx.send(item).await.is_err() {
             // The settler is gone (shutdown): the lease expires and the reaper returns it.
-            self.outstanding.fetch_sub(1, Ordering::AcqRel);
+            self.unsettled.fetch_sub(1, Ordering::AcqRel);
         }
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        self.capacity.notify_one();
     }
 
     pub(crate) fn settled(&self, n: usize) {
-        self.outstanding.fetch_sub(n, Ordering::AcqRel);
+        self.unsettled.fetch_sub(n, Ordering::AcqRel);
         self.capacity.notify_one();
     }
 
@@ -354,6 +370,7 @@ impl Dispatcher {
             attempts: Semaphore::new(concurrency as usize),
             concurrency: AtomicU32::new(concurrency),
             outstanding: AtomicUsize::new(0),
+            unsettled: AtomicUsize::new(0),
             capacity: Notify::new(),
             draining: AtomicBool::new(false),
             stop_claiming: Notify::new(),
@@ -435,7 +452,7 @@ impl Dispatcher {
             .await;
         }
         let flush_deadline = Instant::now() + Duration::from_secs(10);
-        while ctx.outstanding() > 0 && Instant::now() < flush_deadline {
+        while ctx.unfinished() > 0 && Instant::now() < flush_deadline {
             ctx.capacity_freed(Duration::from_millis(50)).await;
         }
         settler.abort();

@@ -20,6 +20,7 @@ use crate::admission::breaker::{Admission, Transition};
 use crate::admission::governor::{self, Observation};
 use crate::admission::lane::Lane;
 use crate::admission::rate::Turns;
+use crate::admission::seats::Seat;
 use crate::admission::{self, Candidate, FleetCount, Held};
 use crate::delivery::{self, Report};
 use crate::metrics::{Count, ErrorKindLabel, HostLabel, Metrics, PhaseLabel};
@@ -38,6 +39,8 @@ struct AtEndpoint<'a> {
     rt: &'a EndpointRuntime,
     ctx: &'a Ctx,
     concurrency: u32,
+    /// The most attempts its tenant may hold in this pool (its ceiling).
+    ceiling: u32,
 }
 
 impl Candidate for AtEndpoint<'_> {
@@ -105,6 +108,14 @@ impl Candidate for AtEndpoint<'_> {
         self.rt.state().rate.as_mut().map(f)
     }
 
+    fn seat(&self, probe: bool) -> Option<Seat> {
+        let seat = self.rt.seats.try_take(self.ceiling);
+        if seat.is_none() && probe {
+            self.rt.state().breaker.cancel_probe();
+        }
+        seat
+    }
+
     fn rate_held(&self, probe: bool) {
         let mut s = self.rt.state();
         s.window.record_rate_limited(Instant::now());
@@ -162,10 +173,21 @@ pub(super) async fn run(
             return requeue(ctx, d, Why::StoreUnavailable).into();
         }
     };
+    let concurrency = ctx.concurrency();
+    let (_, max_share) = super::in_force(
+        d.tenant_share,
+        ctx.settings.tenant_weight,
+        ctx.settings.tenant_max_share,
+    );
     let at = AtEndpoint {
         rt: &endpoint,
         ctx,
-        concurrency: ctx.concurrency(),
+        concurrency,
+        ceiling: if max_share < 1.0 {
+            crate::fairness::ceiling_slots(max_share, concurrency)
+        } else {
+            u32::MAX
+        },
     };
     // Past the lane (admitted or about to be shed): no longer counted against its room.
     let admitted = admission::admit(&ctx.gate(), &at, move || drop(pending))
@@ -180,6 +202,7 @@ pub(super) async fn run(
                 Held::BreakerOpen { until } => requeue_until(ctx, d, Some(until), held),
                 Held::RateLimited { until } => requeue_at(ctx, d, until),
                 Held::Shed => requeue_shed(ctx, d, &endpoint),
+                Held::TenantFull => requeue_until(ctx, d, None, held),
                 Held::Disabled => requeue(ctx, d, Why::Admission(held)),
             };
             return held.into();
@@ -464,6 +487,7 @@ fn count_held(ctx: &Arc<Ctx>, endpoint: &str, why: Why) {
         Why::Admission(Held::Paused { .. }) => "paused",
         Why::Admission(Held::BreakerOpen { .. }) => "breaker_open",
         Why::Admission(Held::Disabled) => "disabled",
+        Why::Admission(Held::TenantFull) => "tenant_ceiling",
         Why::StoreUnavailable => "store_unavailable",
     };
     m.held(reason);

@@ -105,7 +105,7 @@ pub struct DispatchSettings {
     /// The weight of a tenant without one of its own, 1–1000 (the same across the fleet).
     pub tenant_weight: u32,
     /// The ceiling of a tenant without one of its own: the largest share of the pool it may
-    /// hold while another tenant waits, in (0, 1]; 1 is no ceiling.
+    /// hold at any moment, in (0, 1]; 1 is no ceiling.
     pub tenant_max_share: f64,
     /// How deliveries leave the host: extra CAs, an HTTP proxy, OAuth2 token timeouts.
     pub egress: EgressSettings,

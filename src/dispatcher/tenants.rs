@@ -220,17 +220,26 @@ pub(crate) fn in_force(
     )
 }
 
-/// Each tenant's room under its ceiling in a pool of `pool`, given what it holds now: only the
-/// tenants for which it is less than `limit` (the others cannot be held back by this claim).
+/// Each tenant's room in a pool of `pool`, given what it holds now (`(tenant, holds, ceiling)`):
+/// under its ceiling, and none at all for a tenant holding slots when the claim may only use
+/// the pool's reserve (`reserve_only`: the free slots are down to the reserve kept for tenants
+/// holding none). Only the tenants whose room is less than `limit` (the others cannot be held
+/// back by this claim).
 pub(super) fn rooms<'a>(
     held: impl IntoIterator<Item = (&'a str, u32, f64)>,
     pool: u32,
     limit: u32,
+    reserve_only: bool,
 ) -> Vec<(String, u32)> {
     held.into_iter()
-        .filter(|(_, _, share)| *share < 1.0)
         .filter_map(|(tenant, holds, share)| {
-            let room = fairness::ceiling_slots(share, pool).saturating_sub(holds);
+            let room = if reserve_only && holds > 0 {
+                0
+            } else if share < 1.0 {
+                fairness::ceiling_slots(share, pool).saturating_sub(holds)
+            } else {
+                return None;
+            };
             (room < limit).then(|| (tenant.to_owned(), room))
         })
         .collect()
@@ -285,11 +294,24 @@ mod tests {
         let held = [("a", 100, 0.25), ("b", 120, 0.25), ("c", 500, 1.0)];
         // 25 % of 512 is 128: a has 28 left, b 8; c has no ceiling.
         assert_eq!(
-            rooms(held, 512, 64),
+            rooms(held, 512, 64, false),
             [("a".to_owned(), 28), ("b".to_owned(), 8)]
         );
-        assert_eq!(rooms(held, 512, 16), [("b".to_owned(), 8)]);
-        assert_eq!(rooms([("a", 200, 0.25)], 512, 64), [("a".to_owned(), 0)]);
+        assert_eq!(rooms(held, 512, 16, false), [("b".to_owned(), 8)]);
+        assert_eq!(
+            rooms([("a", 200, 0.25)], 512, 64, false),
+            [("a".to_owned(), 0)]
+        );
+    }
+
+    #[test]
+    fn down_to_the_reserve_no_tenant_holding_slots_has_room() {
+        let held = [("a", 100, 0.25), ("c", 500, 1.0), ("new", 0, 0.5)];
+        assert_eq!(
+            rooms(held, 512, 16, true),
+            [("a".to_owned(), 0), ("c".to_owned(), 0)],
+            "a tenant holding none keeps its room (under its ceiling)"
+        );
     }
 
     #[test]

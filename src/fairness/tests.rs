@@ -127,6 +127,15 @@ fn policy_values_outside_their_ranges_are_refused() {
 }
 
 #[test]
+fn a_small_part_of_the_pool_is_kept_for_tenants_holding_none() {
+    assert_eq!(reserve_slots(1), 0);
+    assert_eq!(reserve_slots(2), 1);
+    assert_eq!(reserve_slots(64), 2);
+    assert_eq!(reserve_slots(512), 16);
+    assert_eq!(reserve_slots(100_000), 3125);
+}
+
+#[test]
 fn fair_shares_follow_weights_and_ceilings() {
     let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
     assert!(close(
@@ -138,8 +147,8 @@ fn fair_shares_follow_weights_and_ceilings() {
         &fair_shares(&[(1, 1.0), (2, 1.0), (4, 0.1)]),
         &[0.3, 0.6, 0.1]
     ));
-    // Alone, a ceiling does not bind: nobody else waits.
-    assert!(close(&fair_shares(&[(1, 0.25)]), &[1.0]));
+    // Alone, a tenant gets its ceiling: the ceiling binds at every moment.
+    assert!(close(&fair_shares(&[(1, 0.25)]), &[0.25]));
     assert!(fair_shares(&[]).is_empty());
 }
 

@@ -94,8 +94,15 @@ pub struct ReasonLabel {
 }
 
 /// Why a delivery is held without an attempt: a Retry-After pause, an open breaker, a
-/// disabled endpoint, or a store that could not be read.
-pub const HELD_REASONS: [&str; 4] = ["paused", "breaker_open", "disabled", "store_unavailable"];
+/// disabled endpoint, a store that could not be read, or a tenant holding all its ceiling
+/// allows.
+pub const HELD_REASONS: [&str; 5] = [
+    "paused",
+    "breaker_open",
+    "disabled",
+    "store_unavailable",
+    "tenant_ceiling",
+];
 
 /// `{listener="api"}`
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -174,6 +174,11 @@ impl Store for Bounded {
             .await
     }
 
+    async fn tenant_certificate_bytes(&self, tenant: &str, except: &str) -> StoreResult<u64> {
+        self.run(self.inner.tenant_certificate_bytes(tenant, except))
+            .await
+    }
+
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         self.run(self.inner.update_endpoint(endpoint)).await
     }

@@ -147,6 +147,9 @@ pub trait Store: Send + Sync + 'static {
         after: Option<&str>,
         limit: u32,
     ) -> StoreResult<Vec<Endpoint>>;
+    /// The bytes of certificates `tenant`'s endpoints other than `except` hold: their CA
+    /// bundles and client certificates (the one before a rotation too), as stored; never keys.
+    async fn tenant_certificate_bytes(&self, tenant: &str, except: &str) -> StoreResult<u64>;
     /// Replace an endpoint's mutable fields (url, filter, limits, secrets, enabled state).
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()>;
     /// Delete an endpoint and its deliveries.

@@ -383,8 +383,8 @@ pub struct ClaimRequest {
     pub exclude: Vec<String>,
     /// Endpoints with less room than `per_endpoint` (free lane slots): take at most this many.
     pub room: Vec<(String, u32)>,
-    /// Tenants near their ceiling: take at most this many of each while another tenant has due
-    /// work (a tenant alone is never held to its ceiling).
+    /// Tenants with little room: take at most this many of each (under its ceiling, or none of
+    /// a tenant already holding slots while the pool keeps its reserve for the others).
     pub tenant_room: Vec<(String, u32)>,
     /// The claiming dispatcher's virtual time (the highest floor its claims have returned):
     /// a tenant that is newly due, or whose pass fell behind it, starts here. `None` on a

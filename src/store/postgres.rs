@@ -400,6 +400,10 @@ impl Store for PostgresStore {
         queries::list_endpoints(&self.client().await?, tenant, after.unwrap_or(""), limit).await
     }
 
+    async fn tenant_certificate_bytes(&self, tenant: &str, except: &str) -> StoreResult<u64> {
+        queries::tenant_certificate_bytes(&self.client().await?, tenant, except).await
+    }
+
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;

@@ -23,7 +23,7 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, oneshot};
 
 pub(crate) use errors::db;
-use writer::{Completion, WriteJob, savepoint, writer_loop};
+use writer::{Completion, Queues, WriteJob, savepoint, writer_loop};
 
 use super::*;
 
@@ -80,6 +80,9 @@ type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 
 /// The embedded store.
 pub struct SqliteStore {
+    /// Writes a waiting tenant's latency is made of: enqueues, claims, lease extensions.
+    urgent: Sender<WriteJob>,
+    /// Every other write (settlements, reaping, configuration): run after the urgent ones.
     writer: Sender<WriteJob>,
     readers: Sender<ReadJob>,
     signal: Arc<Notify>,
@@ -92,10 +95,15 @@ impl SqliteStore {
     pub fn open(path: &Path, options: SqliteOptions) -> StoreResult<Self> {
         let conn = open_connection(path, options, false)?;
         migrate(&conn)?;
-        let (writer, jobs) = crossbeam_channel::bounded::<WriteJob>(WRITE_QUEUE);
+        let (writer, bulk) = crossbeam_channel::bounded::<WriteJob>(WRITE_QUEUE);
+        let (urgent, urgent_jobs) = crossbeam_channel::bounded::<WriteJob>(WRITE_QUEUE);
+        let queues = Queues {
+            urgent: urgent_jobs,
+            bulk,
+        };
         thread::Builder::new()
             .name("sluice-sqlite-writer".into())
-            .spawn(move || writer_loop(conn, jobs))
+            .spawn(move || writer_loop(conn, queues))
             .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         let (readers, read_jobs) = crossbeam_channel::bounded::<ReadJob>(READ_QUEUE);
         for i in 0..options.readers.max(1) {
@@ -111,6 +119,7 @@ impl SqliteStore {
                 .map_err(|e| StoreError::Unavailable(e.to_string()))?;
         }
         Ok(Self {
+            urgent,
             writer,
             readers,
             signal: Arc::new(Notify::new()),
@@ -120,6 +129,24 @@ impl SqliteStore {
 
     /// Run `f` on the writer thread inside the current group commit; answered after COMMIT.
     async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        self.write_to(&self.writer, f).await
+    }
+
+    /// [`Self::write`], ahead of the other writes: an enqueue or a claim, what a waiting
+    /// tenant's latency is made of.
+    async fn write_urgent<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        self.write_to(&self.urgent, f).await
+    }
+
+    async fn write_to<T, F>(&self, queue: &Sender<WriteJob>, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
@@ -142,7 +169,7 @@ impl SqliteStore {
         });
         // Never block a runtime thread on a full queue (the writer is stuck on a hung disk):
         // refuse at once, and the deadline bounds the wait for queued work.
-        self.writer.try_send(job).map_err(|e| match e {
+        queue.try_send(job).map_err(|e| match e {
             TrySendError::Full(_) => StoreError::Unavailable(format!(
                 "the sqlite writer is behind: {WRITE_QUEUE} writes are waiting"
             )),
@@ -414,6 +441,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn tenant_certificate_bytes(&self, tenant: &str, except: &str) -> StoreResult<u64> {
+        let (tenant, except) = (tenant.to_owned(), except.to_owned());
+        self.read(move |c| queries::tenant_certificate_bytes(c, &tenant, &except))
+            .await
+    }
+
     async fn update_endpoint(&self, endpoint: &Endpoint) -> StoreResult<()> {
         let endpoint = endpoint.clone();
         let signal = self.signal.clone();
@@ -451,7 +484,7 @@ impl Store for SqliteStore {
     async fn enqueue(&self, messages: &[NewMessage], now_ms: i64) -> StoreResult<Vec<Enqueued>> {
         let messages = messages.to_vec();
         let (result, given_work) = self
-            .write(move |c| queries::enqueue(c, &messages, now_ms))
+            .write_urgent(move |c| queries::enqueue(c, &messages, now_ms))
             .await?;
         // Not for work only endpoints the dispatcher cannot take now have (see HeldEndpoints).
         if self.held.any_free(given_work.iter().map(String::as_str)) {
@@ -473,7 +506,7 @@ impl Store for SqliteStore {
     async fn claim(&self, request: &ClaimRequest) -> StoreResult<ClaimBatch> {
         self.held.set(&request.exclude);
         let request = request.clone();
-        self.write(move |c| claim::claim(c, &request)).await
+        self.write_urgent(move |c| claim::claim(c, &request)).await
     }
 
     async fn settle(&self, settlements: &[Settlement], now_ms: i64) -> StoreResult<Vec<i64>> {
@@ -488,8 +521,10 @@ impl Store for SqliteStore {
         lease_token: i64,
         lease_until_ms: i64,
     ) -> StoreResult<bool> {
-        self.write(move |c| queries::extend_lease(c, delivery_id, lease_token, lease_until_ms))
-            .await
+        self.write_urgent(move |c| {
+            queries::extend_lease(c, delivery_id, lease_token, lease_until_ms)
+        })
+        .await
     }
 
     async fn purge(&self, request: &PurgeRequest) -> StoreResult<PurgeReport> {

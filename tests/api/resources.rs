@@ -532,7 +532,8 @@ async fn a_tenants_share_is_set_and_explained_by_the_operator() {
         status["sentence"].as_str().unwrap().starts_with("idle"),
         "{status}"
     );
-    // With a delivery made, the dispatcher knows it: alone, its fair share is the whole pool.
+    // With a delivery made, the dispatcher knows it: alone, its fair share is its ceiling (a
+    // ceiling binds at every moment).
     let rx = receiver::start(Behavior::Fast, false).await.unwrap();
     s.create_endpoint(&token, &rx.url(), json!({})).await;
     let m = s
@@ -550,7 +551,7 @@ async fn a_tenants_share_is_set_and_explained_by_the_operator() {
     })
     .await;
     let status = s.get_ok(&format!("{path}/status"), ADMIN).await;
-    assert_eq!(status["fair_share"], 1.0, "{status}");
+    assert_eq!(status["fair_share"], 0.25, "{status}");
     assert!(status["occupancy"].as_f64().is_some(), "{status}");
     assert_eq!(status["in_flight"], 0, "{status}");
     // The tenant reads the same account share in its endpoints' evidence.

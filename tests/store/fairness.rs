@@ -198,9 +198,10 @@ async fn check_a_quiet_tenant_is_served_beside_a_wide_backlog(store: SharedStore
     );
 }
 
-/// A ceiling binds only while another tenant waits: alone, a tenant at its ceiling is served;
-/// beside another, it is left out and the other takes the claim.
-async fn check_a_ceiling_binds_only_while_another_waits(store: SharedStore) {
+/// A tenant's room binds at every moment: alone, a tenant without room is not served at all
+/// (its ceiling is full, or the pool keeps its reserve for others); beside another, it is left
+/// out, takes no place among the tenants served, and the other takes the claim.
+async fn check_a_tenant_room_binds_alone_and_beside_another(store: SharedStore) {
     let now = now_ms();
     let capped = backlog(&store, 3, 50, now - 60_000).await;
     let at_ceiling = vec![(capped.id.clone(), 0)];
@@ -210,8 +211,19 @@ async fn check_a_ceiling_binds_only_while_another_waits(store: SharedStore) {
         ..req(now, 10, 8)
     };
     let got = claimer.claim(&store, alone).await;
-    assert_eq!(got.len(), 10, "alone, a ceiling does not bind");
+    assert!(
+        got.is_empty(),
+        "alone, a tenant without room gets nothing: {got:?}"
+    );
     let other = backlog(&store, 3, 50, now - 60_000).await;
+    // A claim of one: the tenant without room must not take the only place.
+    let one = ClaimRequest {
+        tenant_room: at_ceiling.clone(),
+        ..req(now + 1, 1, 8)
+    };
+    let got = claimer.claim(&store, one).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].tenant_id, other.id);
     let beside = ClaimRequest {
         tenant_room: at_ceiling,
         ..req(now + 1, 10, 8)
@@ -324,7 +336,7 @@ support::drivers!(
     check_shares_are_of_time,
     check_a_returning_tenant_gets_neither_credit_nor_penalty,
     check_a_quiet_tenant_is_served_beside_a_wide_backlog,
-    check_a_ceiling_binds_only_while_another_waits,
+    check_a_tenant_room_binds_alone_and_beside_another,
     check_ten_thousand_tenants_due,
     check_concurrent_claimers_keep_shares,
     check_work_conserving_beside_a_trickle,

@@ -232,8 +232,57 @@ async fn check_endpoints_by_id(store: SharedStore) {
     assert!(store.endpoints_by_id(&[]).await.unwrap().is_empty());
 }
 
+/// The certificate bytes a tenant's endpoints hold: its CA bundles and client certificates
+/// (the one before a rotation too), never its keys, another tenant's, or the endpoint left out.
+async fn check_tenant_certificate_bytes(store: SharedStore) {
+    use sluice::delivery::ClientIdentity;
+    let (a, b) = (tenant(&store).await, tenant(&store).await);
+    assert_eq!(store.tenant_certificate_bytes(&a.id, "").await.unwrap(), 0);
+    let identity = |certificate: &str| ClientIdentity {
+        certificate: certificate.into(),
+        key: "k".repeat(1000),
+    };
+    let mut one = endpoint_for(&a, &[]);
+    one.tls.ca_bundle = Some("c".repeat(100));
+    one.tls.client = Some(identity(&"d".repeat(20)));
+    one.tls.previous_client = Some(identity(&"e".repeat(3)));
+    store.create_endpoint(&one).await.unwrap();
+    let mut two = endpoint_for(&a, &[]);
+    two.tls.ca_bundle = Some("\u{e9}".repeat(7));
+    store.create_endpoint(&two).await.unwrap();
+    endpoint(&store, &a, &[]).await;
+    let mut foreign = endpoint_for(&b, &[]);
+    foreign.tls.ca_bundle = Some("f".repeat(5000));
+    store.create_endpoint(&foreign).await.unwrap();
+
+    assert_eq!(
+        store.tenant_certificate_bytes(&a.id, "").await.unwrap(),
+        137
+    );
+    assert_eq!(
+        store
+            .tenant_certificate_bytes(&a.id, &one.id)
+            .await
+            .unwrap(),
+        14,
+        "bytes, not characters"
+    );
+    assert_eq!(
+        store
+            .tenant_certificate_bytes(&a.id, &two.id)
+            .await
+            .unwrap(),
+        123
+    );
+    assert_eq!(
+        store.tenant_certificate_bytes(&b.id, "").await.unwrap(),
+        5000
+    );
+}
+
 support::drivers!(
     check_list_deliveries_and_attempts,
     check_queue_stats,
     check_endpoints_by_id,
+    check_tenant_certificate_bytes,
 );

@@ -18,6 +18,7 @@ use crate::console::Console;
 use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
+use crate::delivery::pem::shown_pem;
 use crate::store::Endpoint;
 
 /// Rows per page of the list.
@@ -226,8 +227,9 @@ pub async fn update(
     CsrfForm(values): CsrfForm<EndpointForm>,
 ) -> Result<Response, ConsoleError> {
     let e = endpoint_of(&console, &portal, &id).await?;
-    let current = e.tls.client.as_ref().map(|c| c.certificate.as_str());
-    let outcome = match values.to_update(current) {
+    // As the form showed it.
+    let current = e.tls.client.as_ref().map(|c| shown_pem(&c.certificate));
+    let outcome = match values.to_update(current.as_deref()) {
         Ok(req) => update_endpoint(&console.app, &portal.tenant.id, &e.id, req)
             .await
             .map_err(FieldError::from),

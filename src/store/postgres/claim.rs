@@ -12,10 +12,11 @@ use super::pg;
 use crate::store::*;
 
 /// The claim. Tenants: the lowest passes and the longest-waiting newly due (`ten0`, each read
-/// through its index, stepping over tenants whose due endpoints are all excluded), merged by
+/// through its index, stepping over tenants whose due endpoints are all excluded and those
+/// without room, `$14`), merged by
 /// effective pass (new ones start at the floor `$9` and win ties), the first `$3` kept (`sel`);
-/// while more than one waits, each has its room under its ceiling (`$10`/`$11`) and one at its
-/// ceiling is left out. Quotas: the level θ, `⌈(θ − pass) × weight ÷ cost⌉` and the even part
+/// each has its room (`$10`/`$11`: under its ceiling, or none while the pool keeps its reserve)
+/// and one without room is left out. Quotas: the level θ, `⌈(θ − pass) × weight ÷ cost⌉` and the even part
 /// `⌈limit ÷ tenants⌉` of [`crate::fairness::quotas`]. Rows: each tenant's due endpoints oldest first, locked against
 /// other claimers (SKIP LOCKED), each giving up to its room (`$7`/`$8`, at most `$4`) of due
 /// deliveries through the ready index, until the tenant's quota is read (an endpoint with none
@@ -43,7 +44,8 @@ const CLAIM: &str = "WITH fl AS ( \
         (SELECT t.tenant_id, t.pass, t.cost, o.ok FROM due_tenants t CROSS JOIN LATERAL ( \
             SELECT EXISTS (SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
                 AND q.due_ms <= $1::bigint AND NOT (q.endpoint_id = ANY($2))) AS ok) o \
-         WHERE t.pass IS NOT NULL AND t.due_ms <= $1::bigint AND (o.ok OR NOT EXISTS ( \
+         WHERE t.pass IS NOT NULL AND t.due_ms <= $1::bigint AND NOT (t.tenant_id = ANY($14)) \
+            AND (o.ok OR NOT EXISTS ( \
             SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
                 AND q.due_ms <= $1::bigint)) \
          ORDER BY t.pass, t.tenant_id LIMIT $3::bigint + 16) \
@@ -51,7 +53,8 @@ const CLAIM: &str = "WITH fl AS ( \
         (SELECT t.tenant_id, t.pass, t.cost, o.ok FROM due_tenants t CROSS JOIN LATERAL ( \
             SELECT EXISTS (SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
                 AND q.due_ms <= $1::bigint AND NOT (q.endpoint_id = ANY($2))) AS ok) o \
-         WHERE t.pass IS NULL AND t.due_ms <= $1::bigint AND (o.ok OR NOT EXISTS ( \
+         WHERE t.pass IS NULL AND t.due_ms <= $1::bigint AND NOT (t.tenant_id = ANY($14)) \
+            AND (o.ok OR NOT EXISTS ( \
             SELECT 1 FROM due_endpoints q WHERE q.tenant_id = t.tenant_id \
                 AND q.due_ms <= $1::bigint)) \
          ORDER BY t.due_ms, t.tenant_id LIMIT $3::bigint + 16) \
@@ -63,13 +66,11 @@ const CLAIM: &str = "WITH fl AS ( \
                 WHERE r.id = x.tenant_id LIMIT 1), $3::bigint) AS troom \
         FROM ten0 x CROSS JOIN fl CROSS JOIN LATERAL (SELECT t.weight, t.max_share FROM tenants t \
             WHERE t.id = x.tenant_id LIMIT 1) w WHERE x.ok \
-    ), cont AS ( \
-        SELECT count(*) > 1 AS c FROM ten \
     ), sel0 AS ( \
         SELECT ten.tenant_id, ten.pass, ten.weight, ten.own_weight, ten.max_share, \
-            ten.weight / ten.cost AS rate, CASE WHEN cont.c THEN ten.troom ELSE $3::bigint END AS troom, \
+            ten.weight / ten.cost AS rate, ten.troom, \
             row_number() OVER (ORDER BY ten.pass, ten.fresh DESC, ten.tenant_id) AS rank \
-        FROM ten CROSS JOIN cont WHERE NOT (cont.c AND ten.troom = 0) \
+        FROM ten WHERE ten.troom > 0 \
     ), sel1 AS ( \
         SELECT * FROM sel0 WHERE rank <= $3::bigint \
     ), lvl AS ( \
@@ -211,8 +212,14 @@ pub(super) async fn claim(
     let room_n: Vec<i64> = req.room.iter().map(|(_, n)| i64::from(*n)).collect();
     let tenant_ids: Vec<&str> = req.tenant_room.iter().map(|(t, _)| t.as_str()).collect();
     let tenant_n: Vec<i64> = req.tenant_room.iter().map(|(_, n)| i64::from(*n)).collect();
+    let no_room: Vec<&str> = req
+        .tenant_room
+        .iter()
+        .filter(|(_, n)| *n == 0)
+        .map(|(t, _)| t.as_str())
+        .collect();
     let stmt = client.prepare_cached(CLAIM).await.map_err(pg)?;
-    let params: [&(dyn ToSql + Sync); 13] = [
+    let params: [&(dyn ToSql + Sync); 14] = [
         &req.now_ms,
         &req.exclude,
         &i64::from(req.limit),
@@ -226,6 +233,7 @@ pub(super) async fn claim(
         &tenant_n,
         &weight,
         &crate::fairness::DEFAULT_COST,
+        &no_room,
     ];
     // Pipelined: both statements are prepared, and polling the charge first sends it first,
     // so the server runs it (in a transaction of its own) before the claim, which sees it.

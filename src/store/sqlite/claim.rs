@@ -93,6 +93,10 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
                 break;
             };
             let tenant: String = r.get(0).map_err(db)?;
+            if tenant_room.get(tenant.as_str()) == Some(&0) {
+                // No room: it takes no place among the tenants this claim serves.
+                continue;
+            }
             let (stored, cost): (Option<f64>, Option<f64>) =
                 (r.get(1).map_err(db)?, r.get(2).map_err(db)?);
             let share = SharePolicy {
@@ -119,12 +123,9 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
         }
     }
     let mut batch = ClaimBatch::default();
-    // Another tenant waits when the claim sees more than one: only then do ceilings bind, and
-    // a tenant at its ceiling is left out.
-    let contended = picks.len() > 1;
-    if contended {
-        picks.retain(|p| tenant_room.get(p.tenant.as_str()) != Some(&0));
-    }
+    // A tenant without room (at its ceiling, or holding slots while the pool keeps its
+    // reserve) is left out.
+    picks.retain(|p| tenant_room.get(p.tenant.as_str()) != Some(&0));
     if picks.is_empty() {
         correct_tenants(c, &reevaluate, req.now_ms)?;
         return Ok(batch);
@@ -141,10 +142,10 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
     picks.truncate(limit);
     let mut turns = Vec::with_capacity(picks.len());
     for p in &picks {
-        let room = match tenant_room.get(p.tenant.as_str()) {
-            Some(&n) if contended => n,
-            _ => u32::MAX,
-        };
+        let room = tenant_room
+            .get(p.tenant.as_str())
+            .copied()
+            .unwrap_or(u32::MAX);
         turns.push(Turn {
             tenant: &p.tenant,
             pass: fairness::effective_pass(p.stored, floor),

@@ -7,6 +7,7 @@ use maud::{Markup, html};
 use super::{EndpointForm, FieldError};
 use crate::api::endpoint_tls::OAuth2In;
 use crate::delivery::oauth2::ClientAuth;
+use crate::delivery::pem::shown_pem;
 use crate::store::Endpoint;
 
 /// The section's fields, as the form holds them (blank: not set).
@@ -29,12 +30,17 @@ fn blank(text: &str) -> Option<String> {
 
 /// Fill the section from what `e` has stored (never its key or client secret).
 pub fn fill(form: &mut EndpointForm, e: &Endpoint) {
-    form.tls_ca_bundle = e.tls.ca_bundle.clone().unwrap_or_default();
+    form.tls_ca_bundle = e
+        .tls
+        .ca_bundle
+        .as_deref()
+        .map(shown_pem)
+        .unwrap_or_default();
     form.tls_client_certificate = e
         .tls
         .client
         .as_ref()
-        .map(|c| c.certificate.clone())
+        .map(|c| shown_pem(&c.certificate))
         .unwrap_or_default();
     if let Some(o) = &e.oauth2 {
         form.oauth2_token_url = o.token_url.clone();

@@ -212,6 +212,28 @@ pub(in crate::store::postgres) async fn list_endpoints(
     Ok(rows.iter().map(endpoint_row).collect())
 }
 
+/// The certificate bytes of a tenant's endpoints but one (`octet_length`: bytes, not
+/// characters).
+const TENANT_CERTIFICATE_BYTES: &str = "SELECT COALESCE(SUM(\
+    COALESCE(octet_length(t ->> 'ca_bundle'), 0) \
+    + COALESCE(octet_length(t -> 'client' ->> 'certificate'), 0) \
+    + COALESCE(octet_length(t -> 'previous_client' ->> 'certificate'), 0)\
+    ), 0)::BIGINT FROM (SELECT tls::json AS t FROM endpoints \
+    WHERE tenant_id = $1 AND id <> $2 AND tls IS NOT NULL) AS held";
+
+pub(in crate::store::postgres) async fn tenant_certificate_bytes(
+    c: &impl GenericClient,
+    tenant: &str,
+    except: &str,
+) -> StoreResult<u64> {
+    let stmt = c
+        .prepare_cached(TENANT_CERTIFICATE_BYTES)
+        .await
+        .map_err(pg)?;
+    let row = c.query_one(&stmt, &[&tenant, &except]).await.map_err(pg)?;
+    Ok(row.get::<_, i64>(0).max(0) as u64)
+}
+
 pub(in crate::store::postgres) async fn update_endpoint(
     c: &impl GenericClient,
     e: &Endpoint,

@@ -162,6 +162,26 @@ pub(in crate::store::sqlite) fn list_endpoints(
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
+/// The certificate bytes of a tenant's endpoints but one (`CAST … AS BLOB`: bytes, not
+/// characters).
+const TENANT_CERTIFICATE_BYTES: &str = "SELECT COALESCE(SUM(\
+    COALESCE(length(CAST(json_extract(tls, '$.ca_bundle') AS BLOB)), 0) \
+    + COALESCE(length(CAST(json_extract(tls, '$.client.certificate') AS BLOB)), 0) \
+    + COALESCE(length(CAST(json_extract(tls, '$.previous_client.certificate') AS BLOB)), 0)\
+    ), 0) FROM endpoints WHERE tenant_id = ?1 AND id <> ?2 AND tls IS NOT NULL";
+
+pub(in crate::store::sqlite) fn tenant_certificate_bytes(
+    c: &Connection,
+    tenant: &str,
+    except: &str,
+) -> StoreResult<u64> {
+    let mut s = c.prepare_cached(TENANT_CERTIFICATE_BYTES).map_err(db)?;
+    let bytes: i64 = s
+        .query_row(params![tenant, except], |r| r.get(0))
+        .map_err(db)?;
+    Ok(bytes.max(0) as u64)
+}
+
 pub(in crate::store::sqlite) fn update_endpoint(c: &Connection, e: &Endpoint) -> StoreResult<()> {
     let n = c
         .execute(
