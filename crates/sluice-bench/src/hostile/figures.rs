@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::phase::Outcome;
 use super::token_answer;
 use super::{FACTOR, FLOOR_MS, Hostile, MAX_SHARE, RSS_TARGET_BYTES, Sizes};
-use crate::report::{Report, format_value, ratio};
+use crate::report::{Report, format_value, percentile, ratio};
 
 /// Does B's p99 beside A hold the target: within [`FACTOR`]× its p99 alone, or under
 /// [`FLOOR_MS`]? No delivery beside A (`None`) does not.
@@ -99,6 +99,14 @@ pub(super) fn phases(report: &mut Report, sizes: Sizes, phases: &[Outcome]) {
             Some(o.a_attempts.values().sum::<u64>() as f64),
             "",
         );
+        for (q, name) in [(0.5, "p50"), (1.0, "max")] {
+            report.figure(
+                &format!("a_{key}_attempt_{name}_ms"),
+                &format!("{a}: attempt duration {name}"),
+                percentile(&o.a_attempt_ms, q),
+                "ms",
+            );
+        }
         for (kind, n) in &o.a_attempts {
             report.figure(
                 &format!("a_{key}_attempts_{kind}"),

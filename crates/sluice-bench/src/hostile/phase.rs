@@ -33,6 +33,8 @@ pub(super) struct Outcome {
     pub(super) a_received: u64,
     /// A's attempts by kind ([`attempt_kind`]).
     pub(super) a_attempts: BTreeMap<String, u64>,
+    /// How long each of A's attempts took, ms.
+    pub(super) a_attempt_ms: Vec<f64>,
     /// Requests A's token URL got (connections: it never answers one).
     pub(super) token_requests: Option<u64>,
     /// A's deliveries in flight or waiting at a lane, once a second (its dispatcher's
@@ -163,11 +165,12 @@ async fn run_on(
     while Instant::now() < drain && b_ids.distinct() < b_accepted {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut a_attempts = BTreeMap::new();
+    let (mut a_attempts, mut a_attempt_ms) = (BTreeMap::new(), Vec::new());
     if let Some((_, token)) = &a_tenant {
         for id in &a_endpoints {
             for a in sluice.endpoint_attempts(token, id).await? {
                 *a_attempts.entry(attempt_kind(&a)).or_default() += 1;
+                a_attempt_ms.extend(a["duration_ms"].as_f64());
             }
         }
     }
@@ -181,6 +184,7 @@ async fn run_on(
         duplicates,
         a_received: a_ids.iter().map(|i| i.requests()).sum(),
         a_attempts,
+        a_attempt_ms,
         token_requests: token_url.as_ref().map(|t| t.record.requests()),
         a_in_flight,
         in_flight,
