@@ -140,12 +140,23 @@ impl Sluice {
 
     /// Set a tenant's weight (`PATCH /v1/tenants/{id}`).
     pub(crate) async fn tenant_weight(&self, id: &str, weight: u32) -> anyhow::Result<()> {
+        self.patch_tenant(id, json!({ "weight": weight })).await
+    }
+
+    /// Set a tenant's ceiling, the largest share of the pool it may hold
+    /// (`PATCH /v1/tenants/{id}`).
+    pub(crate) async fn tenant_max_share(&self, id: &str, max_share: f64) -> anyhow::Result<()> {
+        self.patch_tenant(id, json!({ "max_share": max_share }))
+            .await
+    }
+
+    async fn patch_tenant(&self, id: &str, body: Value) -> anyhow::Result<()> {
         let response = self
             .http
             .patch(format!("{}/v1/tenants/{id}", self.base))
             .bearer_auth(&self.admin_token)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(json!({ "weight": weight }).to_string())
+            .body(body.to_string())
             .send()
             .await
             .context("PATCH /v1/tenants/{id}")?;
@@ -155,6 +166,44 @@ impl Sluice {
             bail!("PATCH /v1/tenants/{id}: {status}: {text}");
         }
         Ok(())
+    }
+
+    /// Every attempt recorded for the endpoint `id` of the tenant `token`
+    /// (`GET /v1/endpoints/{id}/attempts`, every page), newest first.
+    pub(crate) async fn endpoint_attempts(
+        &self,
+        token: &str,
+        id: &str,
+    ) -> anyhow::Result<Vec<Value>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut url = format!("{}/v1/endpoints/{id}/attempts?limit=500", self.base);
+            if let Some(cursor) = &after {
+                url.push_str(&format!("&after={cursor}"));
+            }
+            let text = self
+                .http
+                .get(&url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .context("GET /v1/endpoints/{id}/attempts")?
+                .error_for_status()
+                .context("GET /v1/endpoints/{id}/attempts")?
+                .text()
+                .await
+                .context("GET /v1/endpoints/{id}/attempts")?;
+            let page: Value = serde_json::from_str(&text)
+                .with_context(|| format!("GET /v1/endpoints/{id}/attempts: not JSON: {text}"))?;
+            if let Some(data) = page["data"].as_array() {
+                out.extend(data.iter().cloned());
+            }
+            match page["next"].as_str() {
+                Some(next) => after = Some(next.to_owned()),
+                None => return Ok(out),
+            }
+        }
     }
 
     /// Create an endpoint of the tenant `token` delivering to `url`; returns its id.

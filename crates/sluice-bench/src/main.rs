@@ -20,9 +20,10 @@
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
-//!   [`tenants`], [`tls`], [`rate_limited`], [`history`], [`soak`] (with [`pgproxy`], the database proxy that
-//!   freezes and drops connections); [`procs`]: the `sluice serve` and `redis-server`
-//!   processes of a fleet; [`stage`]: the sluice a phase drives, in this process or on such a
+//!   [`tenants`], [`hostile`] (its own folder: phases, figures, and a `sluice serve` process
+//!   beside a huge token answer), [`tls`], [`rate_limited`], [`history`], [`soak`] (with [`pgproxy`], the
+//!   database proxy that freezes and drops connections); [`procs`]: the `sluice serve` and
+//!   `redis-server` processes of a fleet, or a lone `sluice serve`; [`stage`]: the sluice a phase drives, in this process or on such a
 //!   fleet (`--dispatchers`).
 
 mod backlog;
@@ -35,6 +36,7 @@ mod fleet;
 mod flood;
 mod harness;
 mod history;
+mod hostile;
 mod load;
 mod pgproxy;
 mod phase;
@@ -100,6 +102,11 @@ pub enum Scenario {
     /// One tenant's backlog (2,000 endpoints, 200,000 deliveries) beside a quiet tenant, weights
     /// 1:2:4, a trickle: fair shares across tenants, with pass/fail verdicts.
     Tenants,
+    /// A healthy tenant (5 messages/s, one fast endpoint) beside a hostile one on a pool of 64:
+    /// 16 endpoints whose OAuth2 token URL never answers, 16 endpoints answering in 9.5 s (with
+    /// and without a ceiling of half the pool), and a sluice process beside a 200 MB token
+    /// answer: the healthy tenant's latency, duplicates, peak RSS, with pass/fail verdicts.
+    Hostile,
     /// HTTPS receivers (a test CA made for the run) over keep-alive and with a handshake per
     /// delivery, beside plain HTTP: connect and TLS phases, what keep-alive saves.
     Tls,
@@ -130,6 +137,7 @@ impl Scenario {
             Scenario::Replay => "replay",
             Scenario::Fleet => "fleet",
             Scenario::Tenants => "tenants",
+            Scenario::Hostile => "hostile",
             Scenario::Tls => "tls",
             Scenario::Soak => "soak",
             Scenario::History => "history",
@@ -185,23 +193,23 @@ pub struct BenchArgs {
     /// (default: `/metrics` on `--target`, with the admin token).
     #[arg(long, requires = "target")]
     pub metrics_url: Option<String>,
-    /// Global concurrency of the embedded sluice (default: the scenario's; fleet: the
-    /// saturation run's total, 512, split over the dispatchers).
+    /// Global concurrency of the embedded sluice (default: the scenario's; hostile: 64; fleet:
+    /// the saturation run's total, 512, split over the dispatchers).
     #[arg(long)]
     pub concurrency: Option<u32>,
     /// Healthy endpoints (throughput: endpoints of the one tenant; scale: run only this count
     /// instead of 10, 1,000, 10,000 and 100,000; tenants: the quiet tenant's, default 10).
     #[arg(long)]
     pub endpoints: Option<usize>,
-    /// Events per second each healthy customer sends.
+    /// Events per second each healthy customer sends (hostile: the healthy tenant, default 5).
     #[arg(long)]
     pub rate: Option<f64>,
     /// Events per second sent to the slow, dead or throttling endpoint (fifo: messages per
     /// second, each to every FIFO endpoint; default 100).
     #[arg(long)]
     pub bad_rate: Option<f64>,
-    /// How long the slow endpoint (slow-consumer), the noisy one (flood) or the busy tenant's
-    /// (tenants, default 200) takes to answer, ms.
+    /// How long the slow endpoint (slow-consumer), the noisy one (flood), the busy tenant's
+    /// (tenants, default 200) or the hostile tenant's (hostile, default 9500) takes to answer, ms.
     #[arg(long)]
     pub slow_ms: Option<u64>,
     /// Concurrent producers (throughput, and the flooding tenant).
@@ -209,11 +217,13 @@ pub struct BenchArgs {
     pub producers: Option<usize>,
     /// flood: events the noisy tenant enqueues (with `--full`: ready deliveries already in the
     /// store when the phase starts); tenants: messages the busy tenant fans out (default 100);
+    /// hostile: messages the hostile tenant fans out (default 100);
     /// fleet: deliveries of the saturation backlog (default 30,000).
     #[arg(long)]
     pub backlog: Option<u64>,
     /// flood --full: endpoints of the noisy tenant the backlog is spread over (default 10,000);
-    /// tenants: endpoints of the busy tenant (default 2,000); fifo: FIFO endpoints (default 10).
+    /// tenants: endpoints of the busy tenant (default 2,000); hostile: of the hostile tenant
+    /// (default 16); fifo: FIFO endpoints (default 10).
     #[arg(long)]
     pub backlog_endpoints: Option<usize>,
     /// fleet: the slow endpoint's lane (`lane_size`), shared by the fleet through Redis
@@ -239,9 +249,9 @@ pub struct BenchArgs {
     /// replay: the objective for the oldest ready delivery's age, seconds (default 5).
     #[arg(long)]
     pub objective: Option<f64>,
-    /// tenants and the baseline-vs-bad scenarios (slow-consumer, dead-endpoint, throttled,
-    /// flood, rate-limited, fifo): run each phase on a fleet of one API process and this many
-    /// dispatcher processes (`sluice serve`, on PostgreSQL: `--database-url` or the test
+    /// tenants, hostile and the baseline-vs-bad scenarios (slow-consumer, dead-endpoint,
+    /// throttled, flood, rate-limited, fifo): run each phase on a fleet of one API process and
+    /// this many dispatcher processes (`sluice serve`, on PostgreSQL: `--database-url` or the test
     /// database, and a `redis-server` of their own) instead of in this process.
     #[arg(long)]
     pub dispatchers: Option<u32>,
@@ -359,6 +369,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Replay => replay::run(&args).await?,
         Scenario::Fleet => fleet::run(&args).await?,
         Scenario::Tenants => tenants::run(&args).await?,
+        Scenario::Hostile => hostile::run(&args).await?,
         Scenario::Tls => tls::run(&args).await?,
         Scenario::Soak => soak::run(&args).await?,
         Scenario::History => history::run(&args).await?,

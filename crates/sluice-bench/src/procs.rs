@@ -1,7 +1,8 @@
 //! Processes of a fleet for the scenarios that run one: `sluice serve` processes (the `sluice`
-//! binary beside this one) and a `redis-server` of their own.
+//! binary beside this one) and a `redis-server` of their own; or one `sluice serve` on its own,
+//! whose memory is its alone (`hostile`'s token answer).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -31,9 +32,8 @@ impl Proc {
         name: &str,
         port: u16,
     ) -> anyhow::Result<Self> {
-        let log = fleet.log_dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let child = Command::new(&fleet.binary)
+        let mut command = Command::new(&fleet.binary);
+        command
             .args([
                 "serve",
                 "--role",
@@ -52,7 +52,41 @@ impl Proc {
             )
             .args(["--allow-network", "127.0.0.0/8"])
             .args(&fleet.extra)
-            .env("SLUICE_ADMIN_TOKEN", &fleet.admin_token)
+            .env("SLUICE_ADMIN_TOKEN", &fleet.admin_token);
+        Self::launch(command, &fleet.binary, &fleet.log_dir, name, port)
+    }
+
+    /// One `sluice serve` on its own (API and dispatcher, the embedded store in `data_dir`, no
+    /// Redis) on a free port, with `extra` flags; its stderr into `data_dir/name.log`.
+    pub(crate) fn spawn_alone(
+        binary: &Path,
+        data_dir: &Path,
+        admin_token: &str,
+        name: &str,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
+        let port = sluice_testkit::free_port();
+        let mut command = Command::new(binary);
+        command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--allow-network", "127.0.0.0/8"])
+            .args(extra)
+            .env("SLUICE_ADMIN_TOKEN", admin_token);
+        Self::launch(command, binary, data_dir, name, port)
+    }
+
+    fn launch(
+        mut command: Command,
+        binary: &Path,
+        log_dir: &Path,
+        name: &str,
+        port: u16,
+    ) -> anyhow::Result<Self> {
+        let log = log_dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
+        let child = command
             // The binary's own lines (listening, stopped: …) are info; the rest only warnings.
             .env("SLUICE_LOG", "warn,sluice=info")
             .stdin(Stdio::null())
@@ -60,7 +94,7 @@ impl Proc {
             .stderr(file)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("spawn {}", fleet.binary.display()))?;
+            .with_context(|| format!("spawn {}", binary.display()))?;
         Ok(Self {
             name: name.to_owned(),
             child,

@@ -1,5 +1,6 @@
 //! What the process and the machine cost: CPU seconds from `/proc/self/stat` and `/proc/stat`,
-//! resident memory from `/proc/self/status`. Linux only; elsewhere every reading is `None`.
+//! resident memory from `/proc/self/status` (or another process's). Linux only; elsewhere every
+//! reading is `None`.
 
 use serde::Serialize;
 
@@ -36,8 +37,8 @@ pub(crate) fn machine_busy_cpu_s() -> Option<f64> {
     Some(busy / TICKS_PER_S)
 }
 
-fn status_kib(key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+fn status_kib(pid: &str, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?
@@ -49,12 +50,22 @@ fn status_kib(key: &str) -> Option<u64> {
 
 /// Resident memory now, MiB.
 pub(crate) fn rss_mib() -> Option<f64> {
-    status_kib("VmRSS").map(|k| k as f64 / 1024.0)
+    rss_mib_of("self")
+}
+
+/// Resident memory of process `pid` now, MiB.
+pub(crate) fn rss_mib_of(pid: &str) -> Option<f64> {
+    status_kib(pid, "VmRSS").map(|k| k as f64 / 1024.0)
 }
 
 /// Peak resident memory of the process so far (`VmHWM`), MiB.
 pub(crate) fn peak_rss_mib() -> Option<f64> {
-    status_kib("VmHWM").map(|k| k as f64 / 1024.0)
+    peak_rss_mib_of("self")
+}
+
+/// Peak resident memory of process `pid` so far (`VmHWM`), MiB.
+pub(crate) fn peak_rss_mib_of(pid: &str) -> Option<f64> {
+    status_kib(pid, "VmHWM").map(|k| k as f64 / 1024.0)
 }
 
 /// The machine a run was measured on.
@@ -103,6 +114,9 @@ mod tests {
             assert!(machine_busy_cpu_s().is_some());
             assert!(rss_mib().unwrap() > 0.0);
             assert!(peak_rss_mib().unwrap() >= rss_mib().unwrap() * 0.5);
+            let me = std::process::id().to_string();
+            assert!(peak_rss_mib_of(&me).unwrap() >= rss_mib_of(&me).unwrap() * 0.5);
+            assert_eq!(peak_rss_mib_of("0"), None);
             // The scheduler's figure itself, not the fallback of one when it cannot be read,
             // and never more than the machine has.
             let cores = std::thread::available_parallelism().expect("parallelism");
