@@ -29,6 +29,7 @@ pub(crate) mod tenant_status;
 pub(crate) mod tenants;
 pub mod time;
 pub(crate) mod views;
+mod whole;
 
 use std::sync::Arc;
 

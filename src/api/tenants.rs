@@ -23,6 +23,7 @@ pub(super) struct CreateTenant {
     pub name: String,
     /// Its share of the pool while tenants compete, relative to the others' weights, 1–1000
     /// (default: the process's `--tenant-weight`, 1).
+    #[serde(default, deserialize_with = "super::whole::option")]
     pub weight: Option<u32>,
     /// The largest share of the pool it may hold at any moment, above 0 and at most 1
     /// (default: the process's `--tenant-max-share`, 1: no ceiling).
@@ -35,7 +36,7 @@ pub(super) struct CreateTenant {
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateTenant {
     /// 1–1000, or `null` for the default.
-    #[serde(default, with = "super::body::double_option")]
+    #[serde(default, deserialize_with = "super::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub weight: Option<Option<u32>>,
     /// Above 0 and at most 1, or `null` for the default.
