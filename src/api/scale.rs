@@ -10,7 +10,7 @@ use utoipa::IntoParams;
 
 use super::AppState;
 use super::auth::Admin;
-use super::error::ApiResult;
+use super::error::{ApiResult, Problem};
 use super::page::Q;
 use crate::sizing::ScalingPolicy;
 use crate::sizing::fleet::FleetLoad;
@@ -22,8 +22,27 @@ use crate::store::QueueStats;
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ScaleQuery {
-    /// Dispatcher replicas running now (default: the dispatchers with a fresh heartbeat).
+    /// Dispatcher replicas running now, 0–100000 (default: the dispatchers with a fresh
+    /// heartbeat).
+    #[param(minimum = 0, maximum = 100000)]
     pub current_replicas: Option<u32>,
+}
+
+/// The most replicas `current_replicas` may name: far past any fleet, and what keeps the
+/// controller's arithmetic (`current × 2 + 1`) and the answer's integers in range.
+const MAX_CURRENT_REPLICAS: u32 = 100_000;
+
+impl ScaleQuery {
+    /// `current_replicas`, checked against its range.
+    fn current(&self) -> Result<Option<u32>, Problem> {
+        match self.current_replicas {
+            Some(n) if n > MAX_CURRENT_REPLICAS => Err(Problem::bad_request(
+                "current_replicas",
+                format!("current_replicas {n} must be 0–{MAX_CURRENT_REPLICAS}"),
+            )),
+            n => Ok(n),
+        }
+    }
 }
 
 /// The live fleet, from the heartbeats in the store (fresh: within three intervals).
@@ -73,5 +92,5 @@ pub(crate) async fn get(
     _: Admin,
     Q(q): Q<ScaleQuery>,
 ) -> ApiResult<Json<ScaleSignal>> {
-    Ok(Json(signal(&state, q.current_replicas).await?))
+    Ok(Json(signal(&state, q.current()?).await?))
 }
