@@ -4,6 +4,8 @@
 
 #[path = "api/deliveries.rs"]
 mod deliveries;
+#[path = "api/delivery_ids.rs"]
+mod delivery_ids;
 #[path = "api/errors.rs"]
 mod errors;
 #[path = "api/evidence.rs"]

@@ -612,25 +612,22 @@ pub enum ReplayTarget {
     },
 }
 
-/// For a replay or resend of delivery `id`, now in `state`: the states (as an SQL list) the
-/// update may change, or why it may not happen.
+/// For a replay or resend of a delivery now in `state`: the states (as an SQL list) the update
+/// may change, or why it may not happen. The reason names no id: the store knows only the row
+/// number, which is never shown (the caller named the delivery by its public id).
 pub(crate) fn replayable(
     target: &ReplayTarget,
-    id: i64,
     state: DeliveryState,
 ) -> Result<&'static str, super::StoreError> {
-    let public = crate::ids::numbered(crate::ids::DELIVERY, id);
     match (target, state) {
         (ReplayTarget::Delivery(_), DeliveryState::Dead) => Ok("3"),
         (ReplayTarget::Delivery(_), other) => Err(super::StoreError::Conflict(format!(
-            "delivery {public} is {}, not dead-lettered (resend it instead)",
+            "the delivery is {}, not dead-lettered (resend it instead)",
             other.name()
         ))),
-        (ReplayTarget::Resend(_), DeliveryState::Leased) => {
-            Err(super::StoreError::Conflict(format!(
-                "delivery {public} is being attempted now; resend it once that attempt settles"
-            )))
-        }
+        (ReplayTarget::Resend(_), DeliveryState::Leased) => Err(super::StoreError::Conflict(
+            "the delivery is being attempted now; resend it once that attempt settles".to_owned(),
+        )),
         (_, _) => Ok("0, 2, 3"),
     }
 }
