@@ -21,7 +21,7 @@ const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// Headers an endpoint may not set: hop-by-hop headers (they describe one connection, not the
 /// request), the ones that frame or describe the body sluice sends (setting them would corrupt
 /// the request or lie about it), and `Host`.
-const REFUSED_HEADERS: &[&str] = &[
+pub(crate) const REFUSED_HEADERS: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-authenticate",

@@ -99,16 +99,17 @@ pub(super) async fn create(
     _: Admin,
     Body(req): Body<CreateTenant>,
 ) -> ApiResult<(StatusCode, Json<TenantOut>)> {
+    // The length counts as given, white space around it included, as the document says.
+    check_text("name", &req.name, 200)?;
     let name = req.name.trim();
     if name.is_empty() {
         return Err(Problem::unprocessable(
             "name",
-            "name must be 1–200 characters",
+            "name must be 1–200 characters, not only white space",
         ));
     }
-    check_text("name", name, 200)?;
     // A name is one line: it is shown in lists and logs.
-    if name.contains(['\n', '\t']) {
+    if req.name.contains(['\n', '\t']) {
         return Err(Problem::unprocessable(
             "name",
             "name must be one line without tabs",
