@@ -57,8 +57,19 @@ where
     }
 }
 
-/// Parse JSON, naming the path of the offending field.
+/// Parse JSON, naming the path of the offending field. Every body is an object: serde would
+/// otherwise read an array as a struct's fields in order (`["x",7]` as a tenant).
 pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(
+            if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() {
+                Problem::unprocessable("body", "the body must be a JSON object")
+            } else {
+                Problem::bad_request("body", "malformed JSON: the body must be a JSON object")
+            },
+        );
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -132,6 +143,27 @@ mod tests {
     fn field(json: &str) -> (u16, String) {
         let p = parse::<Outer>(json.as_bytes()).unwrap_err();
         (p.status, p.field.unwrap_or_default())
+    }
+
+    #[test]
+    fn only_an_object_is_a_body() {
+        for (json, status) in [
+            (r#"["x", 7, null, null]"#, 422),
+            ("null", 422),
+            ("7", 422),
+            (r#""event""#, 422),
+            ("", 400),
+            ("[1,", 400),
+        ] {
+            let p = parse::<Outer>(json.as_bytes()).unwrap_err();
+            assert_eq!(
+                (p.status, p.field.as_deref()),
+                (status, Some("body")),
+                "{json}"
+            );
+        }
+        let ok = parse::<Outer>(br#" {"event_type":"a"}"#).unwrap();
+        assert_eq!(ok.event_type, "a");
     }
 
     #[test]

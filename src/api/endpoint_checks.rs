@@ -10,6 +10,7 @@ use super::AppState;
 use super::endpoints::RateLimitIn;
 use super::error::Problem;
 use crate::admission::rate::RateLimit;
+use crate::store::Endpoint;
 
 /// Most headers an endpoint may add.
 pub(crate) const MAX_HEADERS: usize = 32;
@@ -144,6 +145,24 @@ pub(crate) fn check_headers(
         ));
     }
     Ok(out)
+}
+
+/// An endpoint with OAuth2 credentials sends the bearer token as its `Authorization`: a header of
+/// its own by that name would make two, which receivers read in as many ways as there are
+/// parsers. Checked on the endpoint as it will be stored, whichever of the two the request sets.
+pub(crate) fn check_one_authorization(e: &Endpoint) -> Result<(), Problem> {
+    match e
+        .headers
+        .keys()
+        .find(|name| name.as_str() == "authorization")
+    {
+        Some(name) if e.oauth2.is_some() => Err(Problem::unprocessable(
+            &format!("headers.{name}"),
+            "an Authorization header cannot be set beside OAuth2 credentials, which send their \
+             own bearer token: remove one of the two",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Lane, ceiling and timeouts, each within its range (timeouts within the operator's caps).

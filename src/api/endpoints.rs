@@ -9,7 +9,9 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoint_checks::{check_destination, check_headers, check_limits, check_rate_limit};
+use super::endpoint_checks::{
+    check_destination, check_headers, check_limits, check_one_authorization, check_rate_limit,
+};
 use super::endpoint_tls::{
     OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
 };
@@ -244,6 +246,7 @@ pub(crate) async fn create_endpoint(
     endpoint.tls.ca_bundle = ca_bundle;
     endpoint.tls.client = identity.flatten();
     endpoint.oauth2 = oauth2;
+    check_one_authorization(&endpoint)?;
     check_certificate_room(state, &endpoint, 0, field).await?;
     state.store.create_endpoint(&endpoint).await?;
     Ok(endpoint)
@@ -409,6 +412,7 @@ pub(crate) async fn update_endpoint(
         }
         e.enabled = enabled;
     }
+    check_one_authorization(&e)?;
     check_certificate_room(state, &e, held, field).await?;
     e.updated_at_ms = crate::clock::now_ms();
     state.store.update_endpoint(&e).await?;

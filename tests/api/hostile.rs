@@ -179,3 +179,93 @@ async fn portal_link_urls_never_follow_a_foreign_host() {
         "{url}"
     );
 }
+
+#[tokio::test]
+async fn a_body_that_is_not_an_object_is_refused_and_creates_nothing() {
+    let s = Sluice::start_with(|_| {}).await;
+    let (_, token) = s.tenant("acme").await;
+    let admin = crate::support::ADMIN;
+    // serde would read an array as a struct's fields in order: `["x",7,0.5]` was a tenant.
+    for body in [&b"[\"x\",7,0.5]"[..], b"null", b"\"x\"", b"42"] {
+        let r = s
+            .raw(
+                Method::POST,
+                "/v1/tenants",
+                Some(admin),
+                Some(body.to_vec()),
+                "application/json",
+                &[],
+            )
+            .await;
+        assert_problem(&r, 422, Some("body"));
+        let r = s
+            .raw(
+                Method::POST,
+                "/v1/endpoints",
+                Some(&token),
+                Some(body.to_vec()),
+                "application/json",
+                &[],
+            )
+            .await;
+        assert_problem(&r, 422, Some("body"));
+    }
+    let r = s.call(Method::GET, "/v1/tenants", Some(admin), None).await;
+    let names: Vec<_> = r.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(names, ["acme"], "{}", r.text);
+    let r = s
+        .call(Method::GET, "/v1/endpoints", Some(&token), None)
+        .await;
+    assert_eq!(r.body["data"], json!([]), "{}", r.text);
+}
+
+#[tokio::test]
+async fn an_authorization_header_beside_oauth2_is_refused_whichever_comes_first() {
+    let s = Sluice::start_with(|_| {}).await;
+    let (_, token) = s.tenant("acme").await;
+    let oauth2 = json!({
+        "token_url": "http://127.0.0.1:9/token", "client_id": "sluice", "client_secret": "s"
+    });
+    let header = json!({ "Authorization": "Bearer mine" });
+    let r = s
+        .call(
+            Method::POST,
+            "/v1/endpoints",
+            Some(&token),
+            Some(json!({ "url": "http://127.0.0.1:9/x", "headers": header, "oauth2": oauth2 })),
+        )
+        .await;
+    assert_problem(&r, 422, Some("headers.authorization"));
+    // Each alone is fine; adding the other on an update is refused, and nothing changes.
+    for (first, then) in [
+        (json!({ "headers": header }), json!({ "oauth2": oauth2 })),
+        (json!({ "oauth2": oauth2 }), json!({ "headers": header })),
+    ] {
+        let mut body = first.clone();
+        body["url"] = json!("http://127.0.0.1:9/x");
+        let created = s
+            .call(Method::POST, "/v1/endpoints", Some(&token), Some(body))
+            .await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        let id = created.body["id"].as_str().unwrap();
+        let path = format!("/v1/endpoints/{id}");
+        let r = s.call(Method::PATCH, &path, Some(&token), Some(then)).await;
+        assert_problem(&r, 422, Some("headers.authorization"));
+        let after = s.call(Method::GET, &path, Some(&token), None).await;
+        assert_eq!(
+            after.body["oauth2"].is_null(),
+            first.get("oauth2").is_none()
+        );
+        assert_eq!(
+            after.body["headers"].as_object().map_or(0, |h| h.len()),
+            usize::from(first.get("headers").is_some()),
+            "{}",
+            after.text
+        );
+    }
+}

@@ -50,6 +50,27 @@ impl Page {
         let rest = &self.body[at + needle.len()..];
         rest[..rest.find('"').expect("closing quote")].to_owned()
     }
+
+    /// The option a browser would submit for the select `name`: the one marked selected, or
+    /// the first.
+    pub(crate) fn selected(&self, name: &str) -> String {
+        let needle = "<select id=";
+        let select = self
+            .body
+            .match_indices(needle)
+            .map(|(at, _)| &self.body[at..])
+            .find(|rest| rest[..rest.find('>').unwrap_or(0)].contains(&format!("name=\"{name}\"")))
+            .unwrap_or_else(|| panic!("no select {name} in {}", self.body));
+        let select = &select[..select.find("</select>").expect("closing select")];
+        let options: Vec<&str> = select.split("<option value=\"").skip(1).collect();
+        let value = |o: &str| o[..o.find('"').expect("closing quote")].to_owned();
+        options
+            .iter()
+            .find(|o| o[..o.find('>').unwrap_or(0)].contains("selected"))
+            .or(options.first())
+            .map(|o| value(o))
+            .unwrap_or_else(|| panic!("select {name} has no options"))
+    }
 }
 
 /// A cookie-keeping client for one "browser".

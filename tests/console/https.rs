@@ -190,3 +190,46 @@ async fn the_endpoint_page_names_a_certificate_no_one_trusts() {
     assert!(named, "{}", c.get(&page).await.body);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn saving_the_form_keeps_how_sluice_authenticates_to_the_token_url() {
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let c = portal_client(&s, &token).await;
+    let oauth2 = json!({
+        "token_url": "http://127.0.0.1:9/token", "client_id": "sluice", "client_secret": "s",
+        "client_auth": "post"
+    });
+    let (id, _) = s
+        .endpoint(
+            &token,
+            "http://127.0.0.1:9/hook",
+            json!({ "oauth2": oauth2 }),
+        )
+        .await;
+    let path = format!("/console/portal/endpoints/{id}/edit");
+    let edit = c.get(&path).await;
+    let auth = edit.selected("oauth2_client_auth");
+    assert_eq!(auth, "post", "{}", edit.body);
+    // Saved as the browser sends it, nothing about OAuth2 changed.
+    let fields = [
+        ("url", "http://127.0.0.1:9/hook"),
+        ("oauth2_token_url", "http://127.0.0.1:9/token"),
+        ("oauth2_client_id", "sluice"),
+        ("oauth2_client_secret", ""),
+        ("oauth2_client_auth", auth.as_str()),
+    ];
+    let saved = c.submit(&path, &edit, &fields).await;
+    assert!(saved.status == 303 || saved.status == 200, "{}", saved.body);
+    let (_, shown) = s.get(&token, &format!("/v1/endpoints/{id}")).await;
+    assert_eq!(shown["oauth2"]["client_auth"], "post", "{shown}");
+    // And it can be changed back from the form.
+    let edit = c.get(&path).await;
+    let mut fields = fields;
+    fields[4] = ("oauth2_client_auth", "basic");
+    let saved = c.submit(&path, &edit, &fields).await;
+    assert!(saved.status == 303 || saved.status == 200, "{}", saved.body);
+    let (_, shown) = s.get(&token, &format!("/v1/endpoints/{id}")).await;
+    assert_eq!(shown["oauth2"]["client_auth"], "basic", "{shown}");
+    s.stop().await;
+}

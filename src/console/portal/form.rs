@@ -60,6 +60,8 @@ pub struct EndpointForm {
     pub oauth2_scope: String,
     /// OAuth2 audience.
     pub oauth2_audience: String,
+    /// How sluice authenticates to the token endpoint: `basic` (or blank) or `post`.
+    pub oauth2_client_auth: String,
 }
 
 /// A field and what is wrong with it.
@@ -216,7 +218,7 @@ impl EndpointForm {
             tls_ca_bundle: https::optional(&self.tls_ca_bundle),
             tls_client_certificate: https::optional(&self.tls_client_certificate),
             tls_client_key: https::optional(&self.tls_client_key),
-            oauth2: https::oauth2(self),
+            oauth2: https::oauth2(self)?,
             rate_limit: rate_limit(self)?,
             ordering: ordering(self)?,
             ..CreateEndpoint::default()
@@ -231,7 +233,7 @@ impl EndpointForm {
             tls_ca_bundle: Some(https::optional(&self.tls_ca_bundle)),
             tls_client_certificate,
             tls_client_key,
-            oauth2: Some(https::oauth2(self)),
+            oauth2: Some(https::oauth2(self)?),
             url: Some(self.url.trim().to_owned()),
             event_types: Some(self.types()),
             description: Some(self.description.trim().to_owned()),

@@ -11,7 +11,7 @@ use crate::delivery::pem::shown_pem;
 use crate::store::Endpoint;
 
 /// The section's fields, as the form holds them (blank: not set).
-pub const FIELDS: [&str; 9] = [
+pub const FIELDS: [&str; 10] = [
     "tls_ca_bundle",
     "tls_client_certificate",
     "tls_client_key",
@@ -20,6 +20,7 @@ pub const FIELDS: [&str; 9] = [
     "oauth2.client_secret",
     "oauth2.scope",
     "oauth2.audience",
+    "oauth2.client_auth",
     "oauth2",
 ];
 
@@ -47,21 +48,41 @@ pub fn fill(form: &mut EndpointForm, e: &Endpoint) {
         form.oauth2_client_id = o.client_id.clone();
         form.oauth2_scope = o.scope.clone().unwrap_or_default();
         form.oauth2_audience = o.audience.clone().unwrap_or_default();
+        form.oauth2_client_auth = auth_name(o.auth).to_owned();
+    }
+}
+
+fn auth_name(auth: ClientAuth) -> &'static str {
+    match auth {
+        ClientAuth::Basic => "basic",
+        ClientAuth::Post => "post",
     }
 }
 
 /// The OAuth2 credentials the form asks for: none without a token URL; a blank secret is left
 /// out (on an update the stored one is kept).
-pub fn oauth2(form: &EndpointForm) -> Option<OAuth2In> {
-    let token_url = blank(&form.oauth2_token_url)?;
-    Some(OAuth2In {
+pub fn oauth2(form: &EndpointForm) -> Result<Option<OAuth2In>, FieldError> {
+    let client_auth = match form.oauth2_client_auth.trim() {
+        "" | "basic" => ClientAuth::Basic,
+        "post" => ClientAuth::Post,
+        _ => {
+            return Err(FieldError {
+                field: "oauth2.client_auth".into(),
+                detail: "client authentication must be basic or post".into(),
+            });
+        }
+    };
+    let Some(token_url) = blank(&form.oauth2_token_url) else {
+        return Ok(None);
+    };
+    Ok(Some(OAuth2In {
         token_url,
         client_id: form.oauth2_client_id.trim().to_owned(),
         client_secret: blank(&form.oauth2_client_secret),
         scope: blank(&form.oauth2_scope),
         audience: blank(&form.oauth2_audience),
-        client_auth: ClientAuth::Basic,
-    })
+        client_auth,
+    }))
 }
 
 /// An update of a write-only pair: unchanged (`None`), removed (`Some(None)`) or set.
@@ -125,6 +146,23 @@ fn line(
     }
 }
 
+/// How sluice authenticates to the token endpoint (RFC 6749 §2.3.1).
+fn client_auth(values: &EndpointForm, error: Option<&FieldError>) -> Markup {
+    let post = values.oauth2_client_auth.trim() == "post";
+    let wrong = error.filter(|e| e.field == "oauth2.client_auth");
+    html! {
+        label for="f-oauth2-client_auth" {
+            "OAuth2 client authentication "
+            span.hint { "how the client id and secret reach the token URL" }
+        }
+        select id="f-oauth2-client_auth" name="oauth2_client_auth" {
+            option value="basic" selected[!post] { "HTTP Basic (client_secret_basic)" }
+            option value="post" selected[post] { "In the form body (client_secret_post)" }
+        }
+        @if let Some(e) = wrong { p.field-error role="alert" { (e.detail) } }
+    }
+}
+
 /// The section, open when one of its fields is at fault.
 pub fn section(values: &EndpointForm, error: Option<&FieldError>) -> Markup {
     let open = error.is_some_and(|e| FIELDS.contains(&e.field.as_str()));
@@ -148,6 +186,7 @@ pub fn section(values: &EndpointForm, error: Option<&FieldError>) -> Markup {
                 "write-only: never shown; blank keeps the stored secret", "password", "", error))
             (line("oauth2.scope", "OAuth2 scope", "space-separated; optional", "text", &values.oauth2_scope, error))
             (line("oauth2.audience", "OAuth2 audience", "optional", "text", &values.oauth2_audience, error))
+            (client_auth(values, error))
         }
     }
 }
