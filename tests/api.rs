@@ -22,6 +22,8 @@ mod ordering;
 mod rate_limit;
 #[path = "api/resources.rs"]
 mod resources;
+#[path = "api/schema.rs"]
+mod schema;
 use sluice_testkit as support;
 
 pub use support::api::{Reply, assert_problem, states};
