@@ -41,14 +41,14 @@ pub(crate) struct EventsQuery {
     pub limit: Option<u32>,
 }
 
-/// The body of an action whose body is optional: none, only whitespace or `null` (which its
-/// document allows: `oneOf: [null, object]`) is `None`; anything else is parsed as `T`.
+/// The body of an action whose body is optional: none, or `null` (which its document allows:
+/// `oneOf: [null, object]`), is `None`; anything else must be the object (so a body of only
+/// white space, which is no JSON, is refused like any other malformed body).
 fn optional_body<T: serde::de::DeserializeOwned>(raw: &[u8]) -> Result<Option<T>, Problem> {
-    let text = raw.trim_ascii();
-    if text.is_empty() || text == b"null" {
+    if raw.is_empty() || raw.trim_ascii() == b"null" {
         return Ok(None);
     }
-    super::body::parse(text).map(Some)
+    super::body::parse(raw).map(Some)
 }
 
 /// Record an endpoint event; a failure to record never fails the request that caused it.

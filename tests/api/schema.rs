@@ -102,7 +102,7 @@ async fn integer_fields_take_integral_floats_and_refuse_fractions() {
 }
 
 /// Disable and rotate-secret document their body as `oneOf: [null, object]`: `null` is no
-/// options, like an empty body.
+/// options, like no body; a body of white space alone is malformed JSON.
 #[tokio::test]
 async fn a_null_body_is_no_options() {
     let s = Sluice::start_with(|_| {}).await;
@@ -123,6 +123,20 @@ async fn a_null_body_is_no_options() {
             )
             .await;
         assert_eq!(r.status, 200, "{action}: {}", r.text);
+    }
+    // A body that is present is JSON: white space alone is none.
+    for action in ["disable", "rotate-secret"] {
+        let r = s
+            .raw(
+                Method::POST,
+                &format!("/v1/endpoints/{id}/{action}"),
+                Some(&token),
+                Some(b"\r".to_vec()),
+                "application/json",
+                &[],
+            )
+            .await;
+        assert_problem(&r, 400, Some("body"));
     }
     let shown = s.get_ok(&format!("/v1/endpoints/{id}"), &token).await;
     assert_eq!(
