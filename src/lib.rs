@@ -7,6 +7,9 @@
 //!
 //! - [`api`]: producers POST messages; tenants manage endpoints, read the message log and the
 //!   evidence, resend and recover deliveries.
+//! - [`model`]: the nouns every part speaks in, one file per table: tenants, endpoints (with
+//!   their rate limits, TLS settings and OAuth2 credentials), messages, deliveries and attempts,
+//!   the queue's requests and reports, the fleet's heartbeats.
 //! - [`store`]: the durable queue (embedded SQLite or PostgreSQL): messages, one delivery row per
 //!   subscribed endpoint, attempts; leases with fencing tokens.
 //! - [`admission`]: per-endpoint lanes (bulkheads with an acquisition deadline), the AIMD
@@ -61,6 +64,7 @@ pub mod fairness;
 pub mod ids;
 pub mod listener;
 pub mod metrics;
+pub mod model;
 pub mod notify;
 pub mod plan;
 pub mod receive;

@@ -46,7 +46,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisError, Script};
 
-use super::rate::RateLimit;
+use crate::model::RateLimit;
 use crate::setting::{Problems, SettingProblem, joined, shown};
 
 /// How often a degraded dispatcher probes Redis for its return (when the heartbeat is longer).
@@ -189,7 +189,7 @@ pub enum FleetRate {
         ahead: Duration,
     },
     /// Redis cannot answer: fall back to this process's share
-    /// ([`crate::admission::rate::RateLimit::share`]).
+    /// ([`crate::model::RateLimit::share`]).
     Unavailable,
 }
 

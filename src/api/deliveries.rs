@@ -12,7 +12,7 @@ use super::error::{ApiResult, Problem};
 use super::page::{DeliveryQuery, Page, PageQuery, Q};
 use super::views::{AttemptOut, DeliveryOut, check_id, delivery_id};
 use crate::ids;
-use crate::store::{DeliveryFilter, DeliveryState, DeliveryView};
+use crate::model::{DeliveryFilter, DeliveryState, DeliveryView};
 
 /// A delivery with its attempts.
 #[derive(Debug, Serialize, ToSchema)]

@@ -9,8 +9,7 @@ use axum::http::{HeaderName, HeaderValue};
 use super::AppState;
 use super::endpoints::RateLimitIn;
 use super::error::Problem;
-use crate::admission::rate::RateLimit;
-use crate::store::Endpoint;
+use crate::model::{Endpoint, RateLimit};
 
 /// Most headers an endpoint may add.
 pub(crate) const MAX_HEADERS: usize = 32;
@@ -214,7 +213,7 @@ pub(crate) fn check_rate_limit(given: RateLimitIn) -> Result<RateLimit, Problem>
         // Rounded up, at least one; a rate out of range is refused below, on its own field.
         let second = given.per_second.ceil();
         if second.is_finite() && second >= 1.0 {
-            second.min(f64::from(crate::admission::rate::MAX_BURST)) as u32
+            second.min(f64::from(crate::model::MAX_BURST)) as u32
         } else {
             1
         }

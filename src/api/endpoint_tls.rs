@@ -16,10 +16,8 @@ use super::endpoint_actions::record;
 use super::endpoint_checks::check_destination_of;
 use super::error::{ApiResult, Problem};
 use super::views::{EndpointOut, check_id};
-use crate::delivery::ClientIdentity;
-use crate::delivery::oauth2::{ClientAuth, Credentials};
 use crate::delivery::tls::{self, IdentityError};
-use crate::store::{Endpoint, EndpointTls};
+use crate::model::{ClientAuth, ClientIdentity, Credentials, Endpoint, EndpointTls};
 
 /// Most bytes of certificates (CA bundles and client certificates, as kept) one tenant's
 /// endpoints hold between them: what bounds the PEM a page of endpoints reads and a

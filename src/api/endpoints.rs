@@ -21,8 +21,8 @@ use super::page::{Page, PageQuery, Q};
 use super::views::{EndpointOut, check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
+use crate::model::{DeliveryOrder, Endpoint};
 use crate::signing::{Scheme, SigningKey};
-use crate::store::{DeliveryOrder, Endpoint};
 
 /// An endpoint's rate limit as given: events per second, with a burst.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]

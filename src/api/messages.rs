@@ -16,7 +16,8 @@ use super::time::{Timestamp, parse_instant};
 use super::views::{DeliveryOut, StateParam, check_id};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{DeliveryState, MessageFilter, MessageSummary, NewMessage};
+use crate::model::{DeliveryState, MessageSummary, NewMessage};
+use crate::store::MessageFilter;
 
 /// `POST /v1/messages`
 #[derive(Debug, Deserialize, ToSchema)]

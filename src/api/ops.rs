@@ -13,7 +13,7 @@ use super::auth::Admin;
 use super::error::Problem;
 use crate::metrics::endpoints::BREAKER_STATES;
 use crate::metrics::{EndpointGauges, StateLabel, TenantLabel};
-use crate::store::DeliveryState;
+use crate::model::DeliveryState;
 
 /// `GET /healthz`: the process is up.
 #[utoipa::path(get, path = "/healthz", operation_id = "getHealth", tag = "operations",

@@ -18,7 +18,7 @@ use super::time::parse_instant;
 use super::views::{DeliveryOut, check_id, delivery_id};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
+use crate::model::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
 
 /// The answer to a replay.
 #[derive(Debug, Serialize, ToSchema)]

@@ -12,10 +12,10 @@ use super::AppState;
 use super::auth::Admin;
 use super::error::ApiResult;
 use super::page::Q;
+use crate::model::QueueStats;
 use crate::sizing::ScalingPolicy;
 use crate::sizing::fleet::FleetLoad;
 use crate::sizing::signal::{ScaleSignal, max_oldest_ready_age_s, scale_signal};
-use crate::store::QueueStats;
 
 /// Query of `GET /v1/scale`.
 #[derive(Debug, Default, Deserialize, IntoParams)]

@@ -17,9 +17,9 @@ use super::tenant_status::ShareStatus;
 use super::time::Timestamp;
 use super::views::check_id;
 use crate::dispatcher::{EndpointView, LaneBasis, Look};
+use crate::model::{AttemptView, Endpoint};
 use crate::stats::window::DEFAULT_WINDOW;
 use crate::stats::{AttemptKind, Condition, FailureCounts, Standing, WindowSnapshot, evidence};
-use crate::store::{AttemptView, Endpoint};
 
 /// Most attempts read from the store for the fallback figures.
 const STORE_SAMPLE: u32 = 10_000;
@@ -157,7 +157,7 @@ async fn fifo_status(state: &AppState, id: &str) -> FifoStatus {
     let waiting = state.store.endpoint_waiting(id).await.unwrap_or(0);
     // The ready count includes the head unless it is in flight.
     let behind = match &head {
-        Some(h) if h.state == crate::store::DeliveryState::Ready => waiting.saturating_sub(1),
+        Some(h) if h.state == crate::model::DeliveryState::Ready => waiting.saturating_sub(1),
         _ => waiting,
     };
     let failing = head

@@ -14,7 +14,7 @@ use super::error::{ApiResult, Problem};
 use super::views::check_id;
 use crate::dispatcher::TenantView;
 use crate::fairness;
-use crate::store::{SharePolicy, TenantBacklog};
+use crate::model::{SharePolicy, TenantBacklog};
 
 /// Work that has waited less than this is not "waiting".
 const WAIT_MS: i64 = 1_000;

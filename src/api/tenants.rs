@@ -13,7 +13,7 @@ use super::time::Timestamp;
 use super::views::{check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{SharePolicy, Tenant};
+use crate::model::{SharePolicy, Tenant};
 
 /// `POST /v1/tenants`
 #[derive(Debug, Deserialize, ToSchema)]

@@ -11,25 +11,7 @@ use rustls::{AlertDescription, CertificateError, RootCertStore};
 use super::ErrorKind;
 use super::pem::{self, MAX_PEM_BYTES, certificates_pem, key_pem, parse_certificates};
 use super::timing::TimedSessionStore;
-
-/// A client certificate chain and its private key, both PEM: what sluice presents to an
-/// endpoint that asks for one.
-#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ClientIdentity {
-    /// The certificate, then any intermediates, PEM.
-    pub certificate: String,
-    /// The private key (PKCS#8, PKCS#1 or SEC1), PEM: a secret, never shown.
-    pub key: String,
-}
-
-impl std::fmt::Debug for ClientIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientIdentity")
-            .field("certificate", &self.certificate.len())
-            .field("key", &"<hidden>")
-            .finish()
-    }
-}
+use crate::model::ClientIdentity;
 
 /// One distinct TLS setting of an attempt: the extra CAs trusted and the client identity
 /// presented. Attempts with equal settings share one HTTP client and its keep-alive pool.

@@ -20,7 +20,7 @@ use crate::console::Console;
 use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
-use crate::store::{Endpoint, Tenant};
+use crate::model::{Endpoint, Tenant};
 
 /// Tenants per page.
 const TENANTS: u32 = 20;

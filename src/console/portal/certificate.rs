@@ -5,7 +5,7 @@ use maud::{Markup, html};
 
 use super::form::FieldError;
 use super::form::https::area;
-use crate::store::Endpoint;
+use crate::model::Endpoint;
 
 /// The rotation form: a new client certificate and its key (write-only).
 #[derive(Debug, Default, Clone, serde::Deserialize)]

@@ -19,7 +19,7 @@ use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
 use crate::delivery::pem::shown_pem;
-use crate::store::Endpoint;
+use crate::model::Endpoint;
 
 /// Rows per page of the list.
 const PAGE: u32 = 50;

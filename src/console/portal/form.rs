@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::api::endpoints::{CreateEndpoint, RateLimitIn, UpdateEndpoint};
 use crate::api::error::Problem;
 use crate::console::page::csrf_field;
-use crate::store::{DeliveryOrder, Endpoint};
+use crate::model::{DeliveryOrder, Endpoint};
 
 /// The form as submitted (all text; blank means "not set").
 #[derive(Debug, Default, Clone, Deserialize)]

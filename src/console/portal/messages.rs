@@ -19,7 +19,8 @@ use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
 use crate::ids;
-use crate::store::{DeliveryFilter, DeliveryState, DeliveryView, MessageFilter, ReplayTarget};
+use crate::model::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
+use crate::store::MessageFilter;
 
 /// Rows per page.
 const PAGE: u32 = 50;

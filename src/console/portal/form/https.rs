@@ -6,9 +6,8 @@ use maud::{Markup, html};
 
 use super::{EndpointForm, FieldError};
 use crate::api::endpoint_tls::OAuth2In;
-use crate::delivery::oauth2::ClientAuth;
 use crate::delivery::pem::shown_pem;
-use crate::store::Endpoint;
+use crate::model::{ClientAuth, Endpoint};
 
 /// The section's fields, as the form holds them (blank: not set).
 pub const FIELDS: [&str; 10] = [
