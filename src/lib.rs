@@ -66,6 +66,7 @@ pub mod listener;
 pub mod metrics;
 pub mod model;
 pub mod notify;
+pub mod pem;
 pub mod plan;
 pub mod receive;
 pub mod retry;

@@ -8,12 +8,12 @@ use utoipa::ToSchema;
 
 use super::error::Problem;
 use super::time::Timestamp;
-use crate::delivery::pem;
 use crate::ids;
 use crate::model::{
     AttemptView, ClientAuth, Credentials, DeliveryOrder, DeliveryState, DeliveryView, Endpoint,
     EndpointEvent, EndpointTls,
 };
+use crate::pem;
 use crate::signing::{Scheme, SigningKey, scheme_of};
 
 /// Does `id` look like one of our ids (`ep_…`, `msg_…`)? Anything else cannot exist, so it is a

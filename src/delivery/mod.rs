@@ -11,7 +11,6 @@
 mod clients;
 pub mod oauth2;
 mod outcome;
-pub mod pem;
 mod record;
 pub mod timing;
 pub mod tls;

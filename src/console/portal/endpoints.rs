@@ -18,8 +18,8 @@ use crate::console::Console;
 use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
-use crate::delivery::pem::shown_pem;
 use crate::model::Endpoint;
+use crate::pem::shown_pem;
 
 /// Rows per page of the list.
 const PAGE: u32 = 50;

@@ -6,8 +6,8 @@ use maud::{Markup, html};
 
 use super::{EndpointForm, FieldError};
 use crate::api::endpoint_tls::OAuth2In;
-use crate::delivery::pem::shown_pem;
 use crate::model::{ClientAuth, Endpoint};
+use crate::pem::shown_pem;
 
 /// The section's fields, as the form holds them (blank: not set).
 pub const FIELDS: [&str; 10] = [
