@@ -76,3 +76,4 @@ pub mod signing;
 pub mod sizing;
 pub mod stats;
 pub mod store;
+pub mod web;

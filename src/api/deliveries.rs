@@ -8,11 +8,11 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
 use super::page::{DeliveryQuery, Page, PageQuery, Q};
 use super::views::{AttemptOut, DeliveryOut, check_id, delivery_id};
 use crate::ids;
 use crate::model::{DeliveryFilter, DeliveryState, DeliveryView};
+use crate::web::problem::{ApiResult, Problem};
 
 /// A delivery with its attempts.
 #[derive(Debug, Serialize, ToSchema)]

@@ -8,11 +8,11 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
 use super::page::{MAX_LIMIT, Page, Q};
 use super::views::{EndpointOut, EventOut, check_id, check_text};
 use crate::model::{Endpoint, EndpointEvent};
 use crate::signing::{Scheme, SigningKey, scheme_of};
+use crate::web::problem::{ApiResult, Problem};
 
 /// `POST /v1/endpoints/{id}/disable`: an optional reason.
 #[derive(Debug, Default, Deserialize, ToSchema)]

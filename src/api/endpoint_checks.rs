@@ -8,8 +8,8 @@ use axum::http::{HeaderName, HeaderValue};
 
 use super::AppState;
 use super::endpoints::RateLimitIn;
-use super::error::Problem;
 use crate::model::{Endpoint, RateLimit};
+use crate::web::problem::Problem;
 
 /// Most headers an endpoint may add.
 pub(crate) const MAX_HEADERS: usize = 32;

@@ -14,10 +14,10 @@ use super::AppState;
 use super::auth::TenantAuth;
 use super::endpoint_actions::record;
 use super::endpoint_checks::check_destination_of;
-use super::error::{ApiResult, Problem};
 use super::views::{EndpointOut, check_id};
 use crate::delivery::tls::{self, IdentityError};
 use crate::model::{ClientAuth, ClientIdentity, Credentials, Endpoint, EndpointTls};
+use crate::web::problem::{ApiResult, Problem};
 
 /// Most bytes of certificates (CA bundles and client certificates, as kept) one tenant's
 /// endpoints hold between them: what bounds the PEM a page of endpoints reads and a

@@ -15,7 +15,6 @@ use super::endpoint_checks::{
 use super::endpoint_tls::{
     OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
 };
-use super::error::{ApiResult, Problem};
 use super::event_types::check_event_types;
 use super::page::{Page, PageQuery, Q};
 use super::views::{EndpointOut, check_id, check_text};
@@ -23,6 +22,7 @@ use super::{AppState, Body};
 use crate::ids;
 use crate::model::{DeliveryOrder, Endpoint};
 use crate::signing::{Scheme, SigningKey};
+use crate::web::problem::{ApiResult, Problem};
 
 /// An endpoint's rate limit as given: events per second, with a burst.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]

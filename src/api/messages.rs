@@ -9,7 +9,6 @@ use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
 use super::event_types::{check_event_type, check_event_types};
 use super::page::{Page, PageQuery, Q};
 use super::time::{Timestamp, parse_instant};
@@ -18,6 +17,7 @@ use super::{AppState, Body};
 use crate::ids;
 use crate::model::{DeliveryState, MessageSummary, NewMessage};
 use crate::store::MessageFilter;
+use crate::web::problem::{ApiResult, Problem};
 
 /// `POST /v1/messages`
 #[derive(Debug, Deserialize, ToSchema)]

@@ -5,13 +5,11 @@
 
 pub mod auth;
 mod body;
-pub mod deadline;
 pub(crate) mod deliveries;
 pub(crate) mod endpoint_actions;
 pub(crate) mod endpoint_checks;
 pub(crate) mod endpoint_tls;
 pub(crate) mod endpoints;
-pub mod error;
 mod event_types;
 pub mod ingest;
 pub(crate) mod messages;
@@ -25,6 +23,7 @@ pub mod problems;
 pub(crate) mod redelivery;
 pub(crate) mod scale;
 pub(crate) mod status;
+mod store_errors;
 pub(crate) mod tenant_status;
 pub(crate) mod tenants;
 pub mod time;

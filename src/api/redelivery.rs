@@ -12,13 +12,13 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::TenantAuth;
 use super::deliveries::{find_delivery, page};
 use super::endpoint_actions::record;
-use super::error::{ApiResult, Problem};
 use super::page::{Page, PageQuery, Q};
 use super::time::parse_instant;
 use super::views::{DeliveryOut, check_id, delivery_id};
 use super::{AppState, Body};
 use crate::ids;
 use crate::model::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
+use crate::web::problem::{ApiResult, Problem};
 
 /// The answer to a replay.
 #[derive(Debug, Serialize, ToSchema)]

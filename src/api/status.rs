@@ -12,7 +12,6 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
 use super::tenant_status::ShareStatus;
 use super::time::Timestamp;
 use super::views::check_id;
@@ -20,6 +19,7 @@ use crate::dispatcher::{EndpointView, LaneBasis, Look};
 use crate::model::{AttemptView, Endpoint};
 use crate::stats::window::DEFAULT_WINDOW;
 use crate::stats::{AttemptKind, Condition, FailureCounts, Standing, WindowSnapshot, evidence};
+use crate::web::problem::{ApiResult, Problem};
 
 /// Most attempts read from the store for the fallback figures.
 const STORE_SAMPLE: u32 = 10_000;

@@ -10,11 +10,11 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Admin;
-use super::error::{ApiResult, Problem};
 use super::views::check_id;
 use crate::dispatcher::TenantView;
 use crate::fairness;
 use crate::model::{SharePolicy, TenantBacklog};
+use crate::web::problem::{ApiResult, Problem};
 
 /// Work that has waited less than this is not "waiting".
 const WAIT_MS: i64 = 1_000;

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::error::Problem;
 use super::time::Timestamp;
 use crate::ids;
 use crate::model::{
@@ -15,6 +14,7 @@ use crate::model::{
 };
 use crate::pem;
 use crate::signing::{Scheme, SigningKey, scheme_of};
+use crate::web::problem::Problem;
 
 /// Does `id` look like one of our ids (`ep_…`, `msg_…`)? Anything else cannot exist, so it is a
 /// 404 without a trip to the store (and odd bytes never reach SQL).

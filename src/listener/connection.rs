@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ListenerSettings;
-use crate::api::error::Problem;
+use crate::web::problem::Problem;
 
 /// No header clock running.
 const NONE: u64 = u64::MAX;
