@@ -12,7 +12,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoint_checks::check_destination;
+use super::endpoints::checks::check_destination;
 use super::endpoints::new_endpoint;
 use super::views::{EndpointOut, check_text};
 use super::{AppState, Body};

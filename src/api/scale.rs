@@ -66,7 +66,8 @@ pub(crate) fn signal_from(
     responses((status = 200, body = ScaleSignal, description = "the scaling signal"),
         (status = "4XX", body = crate::web::problem::Problem,
             content_type = "application/problem+json"),
-        (status = 503, body = crate::web::problem::Problem, content_type = "application/problem+json",
+        (status = 503, body = crate::web::problem::Problem,
+            content_type = "application/problem+json",
             description = "The database did not answer within the store deadline")))]
 pub(crate) async fn get(
     State(state): State<AppState>,

@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use super::Portal;
 use super::form::{self, EndpointForm, FieldError, FormContext};
-use crate::api::endpoint_actions::{rotate as rotate_secret, set_enabled};
+use crate::api::endpoints::actions::{rotate as rotate_secret, set_enabled};
+use crate::api::endpoints::status::endpoint_status;
 use crate::api::endpoints::{create_endpoint, delete_endpoint, update_endpoint};
-use crate::api::status::endpoint_status;
 use crate::api::views::check_id;
 use crate::console::Console;
 use crate::console::guard::CsrfForm;

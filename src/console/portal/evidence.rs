@@ -8,7 +8,7 @@ use maud::{Markup, html};
 
 use super::Portal;
 use super::endpoints::{actions, endpoint_of, state_badge};
-use crate::api::status::{EndpointStatus, endpoint_status};
+use crate::api::endpoints::status::{EndpointStatus, endpoint_status};
 use crate::console::Console;
 use crate::console::charts::{self, Series};
 use crate::console::page::{self, ConsoleError, post_button};

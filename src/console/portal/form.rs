@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use crate::api::endpoints::{CreateEndpoint, RateLimitIn, UpdateEndpoint};
+use crate::api::endpoints::checks::RateLimitIn;
+use crate::api::endpoints::{CreateEndpoint, UpdateEndpoint};
 use crate::console::page::csrf_field;
 use crate::model::{DeliveryOrder, Endpoint};
 use crate::web::problem::Problem;

@@ -11,8 +11,8 @@ use serde::Deserialize;
 
 use super::Portal;
 use super::endpoints::endpoint_of;
+use crate::api::messages::redelivery::{redeliver, replay_endpoint_dead};
 use crate::api::messages::{check_event_filter, check_range};
-use crate::api::redelivery::{redeliver, replay_endpoint_dead};
 use crate::api::views::{delivery_id, looks_like_id};
 use crate::console::Console;
 use crate::console::guard::CsrfForm;

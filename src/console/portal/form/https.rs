@@ -5,7 +5,7 @@
 use maud::{Markup, html};
 
 use super::{EndpointForm, FieldError};
-use crate::api::endpoint_tls::OAuth2In;
+use crate::api::endpoints::tls::OAuth2In;
 use crate::model::{ClientAuth, Endpoint};
 use crate::pem::shown_pem;
 

@@ -1,13 +1,14 @@
 //! What an endpoint's settings must be before they are stored: a destination the egress guard
 //! lets through, limits within their ranges and the operator's caps, and headers that cannot
-//! break or impersonate the delivery (its event-type filters: [`super::event_types`]).
+//! break or impersonate the delivery (its event-type filters: [`crate::api::event_types`]).
 
 use std::collections::BTreeMap;
 
 use axum::http::{HeaderName, HeaderValue};
+use serde::Deserialize;
+use utoipa::ToSchema;
 
-use super::AppState;
-use super::endpoints::RateLimitIn;
+use crate::api::AppState;
 use crate::model::{Endpoint, RateLimit};
 use crate::web::problem::Problem;
 
@@ -204,6 +205,18 @@ pub(crate) fn check_limits(
         }
     }
     Ok(())
+}
+
+/// An endpoint's rate limit as given: events per second, with a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitIn {
+    /// Events per second on average, fleet-wide: 0.01–100000 (fractions allowed: 0.5 is one
+    /// every two seconds).
+    pub per_second: f64,
+    /// Events that may go at once after a quiet spell: 1–100000. Omitted: one second's worth
+    /// (`per_second` rounded up).
+    pub burst: Option<u32>,
 }
 
 /// A rate limit within its ranges; a problem names `rate_limit.per_second` or

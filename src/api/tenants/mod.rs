@@ -1,5 +1,7 @@
 //! Tenants (operator only): create, list, get, delete with all their data, rotate the token.
 
+pub(crate) mod status;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;

@@ -1,6 +1,9 @@
 //! Messages: create (idempotent with `Idempotency-Key`, answered after commit), get, and the
 //! message log (filtered by event type, arrival time, endpoint and delivery state).
 
+pub(crate) mod deliveries;
+pub(crate) mod redelivery;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};

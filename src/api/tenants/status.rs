@@ -8,9 +8,9 @@ use axum::extract::{Path, State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::AppState;
-use super::auth::Admin;
-use super::views::check_id;
+use crate::api::AppState;
+use crate::api::auth::Admin;
+use crate::api::views::check_id;
 use crate::dispatcher::TenantView;
 use crate::fairness;
 use crate::model::{SharePolicy, TenantBacklog};
@@ -73,7 +73,7 @@ pub struct ShareStatus {
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub(super) async fn status(
+pub(in crate::api) async fn status(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,
