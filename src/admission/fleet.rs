@@ -29,7 +29,7 @@
 //! An endpoint's rate limit ([`super::rate`]) is one more key, `{prefix}:rate:{endpoint_id}`,
 //! holding its bucket's theoretical arrival time on Redis's clock; [`FleetLanes::try_rate`] runs
 //! one GCRA step in one script. When Redis cannot answer, each process enforces its own share
-//! ([`super::rate::RateLimit::share`]) by its place among the live dispatchers
+//! ([`crate::model::RateLimit::share`]) by its place among the live dispatchers
 //! ([`FleetLanes::rank`]), which the heartbeat also reports.
 //!
 //! While degraded, `try_acquire` answers `Unavailable` at once without touching Redis; the

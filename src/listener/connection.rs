@@ -85,7 +85,7 @@ impl Activity {
     }
 
     /// A request's head has been read and handed to the service: no deadline of ours applies
-    /// until it is answered (its body has its own, see [`super::deadline`]).
+    /// until it is answered (its body has its own, see [`crate::web::deadline`]).
     pub fn begin_request(self: &Arc<Self>) -> InService {
         self.busy.fetch_add(1, Ordering::AcqRel);
         self.head_started_ms.store(NONE, Ordering::Release);
