@@ -1,4 +1,9 @@
-//! Endpoints: create (checked by [`super::endpoint_checks`]), list, get, update, delete.
+//! Endpoints: create (checked by [`checks`]), list, get, update, delete.
+
+pub(crate) mod actions;
+pub(crate) mod checks;
+pub(crate) mod status;
+pub(crate) mod tls;
 
 use std::collections::BTreeMap;
 
@@ -9,32 +14,22 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoint_checks::{
-    check_destination, check_headers, check_limits, check_one_authorization, check_rate_limit,
-};
-use super::endpoint_tls::{
-    OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
-};
-use super::error::{ApiResult, Problem};
 use super::event_types::check_event_types;
 use super::page::{Page, PageQuery, Q};
 use super::views::{EndpointOut, check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
+use crate::model::{DeliveryOrder, Endpoint};
 use crate::signing::{Scheme, SigningKey};
-use crate::store::{DeliveryOrder, Endpoint};
+use crate::web::problem::{ApiResult, Problem};
 
-/// An endpoint's rate limit as given: events per second, with a burst.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimitIn {
-    /// Events per second on average, fleet-wide: 0.01–100000 (fractions allowed: 0.5 is one
-    /// every two seconds).
-    pub per_second: f64,
-    /// Events that may go at once after a quiet spell: 1–100000. Omitted: one second's worth
-    /// (`per_second` rounded up).
-    pub burst: Option<u32>,
-}
+use checks::{
+    RateLimitIn, check_destination, check_headers, check_limits, check_one_authorization,
+    check_rate_limit,
+};
+use tls::{
+    OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
+};
 
 /// `POST /v1/endpoints`
 #[derive(Debug, Default, Deserialize, ToSchema)]

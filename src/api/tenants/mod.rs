@@ -1,5 +1,7 @@
 //! Tenants (operator only): create, list, get, delete with all their data, rotate the token.
 
+pub(crate) mod status;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -7,13 +9,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::Admin;
-use super::error::{ApiResult, Problem};
 use super::page::{Page, PageQuery, Q};
 use super::time::Timestamp;
 use super::views::{check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{SharePolicy, Tenant};
+use crate::model::{SharePolicy, Tenant};
+use crate::web::problem::{ApiResult, Problem};
 
 /// `POST /v1/tenants`
 #[derive(Debug, Deserialize, ToSchema)]

@@ -6,13 +6,13 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::AppState;
-use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
-use super::page::{MAX_LIMIT, Page, Q};
-use super::views::{EndpointOut, EventOut, check_id, check_text};
+use crate::api::AppState;
+use crate::api::auth::TenantAuth;
+use crate::api::page::{MAX_LIMIT, Page, Q};
+use crate::api::views::{EndpointOut, EventOut, check_id, check_text};
+use crate::model::{Endpoint, EndpointEvent};
 use crate::signing::{Scheme, SigningKey, scheme_of};
-use crate::store::{Endpoint, EndpointEvent};
+use crate::web::problem::{ApiResult, Problem};
 
 /// `POST /v1/endpoints/{id}/disable`: an optional reason.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -117,7 +117,7 @@ pub(crate) async fn disable(
     let reason = if raw.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        super::body::parse::<DisableEndpoint>(&raw)?.reason
+        crate::api::body::parse::<DisableEndpoint>(&raw)?.reason
     };
     if let Some(r) = &reason {
         check_text("reason", r, 500)?;
@@ -147,7 +147,7 @@ pub(crate) async fn rotate_secret(
     let scheme = if raw.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        super::body::parse::<RotateSecret>(&raw)?.signature_scheme
+        crate::api::body::parse::<RotateSecret>(&raw)?.signature_scheme
     };
     let e = rotate(&state, &tenant.id, &id, scheme).await?;
     Ok(Json(EndpointOut::new(e, true)))
