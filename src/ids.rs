@@ -1,6 +1,8 @@
 //! Identifiers: sortable, prefixed public ids (`msg_…`, `ep_…`, `ten_…`), the public form of
-//! the store's numbered rows (`dlv_…` deliveries, `att_…` attempts), tokens and lease tokens.
+//! the store's numbered rows (`dlv_…` deliveries, `att_…` attempts, opaque: [`RowIds`]), tokens
+//! and lease tokens.
 
+use hmac::{Hmac, Mac};
 use rand::{Rng, RngCore};
 use sha2::{Digest, Sha256};
 
@@ -46,20 +48,120 @@ pub const DELIVERY: &str = "dlv";
 /// Prefix of an attempt's public id.
 pub const ATTEMPT: &str = "att";
 
-/// The public id of row `n` of a numbered table: `dlv_42`. Deliveries and attempts are numbered
-/// by the store (one index, batched inserts); the prefix says what the number counts, as every
-/// other id does, so an attempt id pasted where a delivery id belongs is a 404, not the wrong row.
-pub fn numbered(prefix: &str, n: i64) -> String {
-    format!("{prefix}_{n}")
+/// Characters after the prefix of a numbered row's public id: 63 bits in base32.
+pub const ROW_ID_CHARS: usize = 13;
+
+/// The public ids of the store's numbered rows (deliveries and attempts, one index each, in
+/// insertion order): `dlv_` + 13 base32 characters of a keyed permutation of the row number,
+/// so a tenant cannot learn from two of its ids how many rows the platform wrote between them,
+/// while the store keeps paging by the number. The key is the installation's own (generated
+/// once, kept in the database: every process sharing it formats the same ids, and ids survive
+/// restarts).
+///
+/// The permutation is a four-round Feistel network over 64 bits whose round function is
+/// HMAC-SHA256 of the round, the half and the prefix (so an attempt and a delivery of the same
+/// number look unrelated), restricted to the 63-bit range of row numbers by cycle walking. Only
+/// the one spelling a row formats to parses back: anything else is `None`, which the API
+/// answers as an unknown id.
+#[derive(Clone)]
+pub struct RowIds {
+    mac: Hmac<Sha256>,
 }
 
-/// The row number in `prefix_N`; `None` for anything else (a bare number included).
-pub fn parse_numbered(prefix: &str, id: &str) -> Option<i64> {
-    let digits = id.strip_prefix(prefix)?.strip_prefix('_')?;
-    if digits.is_empty() || digits.len() > 18 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+impl std::fmt::Debug for RowIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RowIds(..)")
     }
-    digits.parse().ok().filter(|n| *n > 0)
+}
+
+/// Feistel rounds: four make a keyed permutation indistinguishable from a random one, given a
+/// pseudorandom round function (Luby–Rackoff).
+const ROUNDS: u8 = 4;
+/// Row numbers, and their permuted forms, are below this.
+const ROW_SPACE: u64 = 1 << 63;
+
+impl RowIds {
+    /// Ids keyed by `secret` (the installation's, from the store's settings).
+    pub fn from_secret(secret: &str) -> Self {
+        // HMAC takes a key of any length.
+        let mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+        Self { mac }
+    }
+
+    /// The public id of row `n` (positive) counted under `prefix`: `dlv_…`.
+    pub fn format(&self, prefix: &str, n: i64) -> String {
+        debug_assert!(n > 0, "row numbers are positive");
+        let mut x = n as u64 & (ROW_SPACE - 1);
+        loop {
+            x = self.permute(prefix, x);
+            if x < ROW_SPACE {
+                break;
+            }
+        }
+        let mut out = String::with_capacity(prefix.len() + 1 + ROW_ID_CHARS);
+        out.push_str(prefix);
+        out.push('_');
+        for i in (0..ROW_ID_CHARS).rev() {
+            out.push(ALPHABET[((x >> (i * 5)) & 31) as usize] as char);
+        }
+        out
+    }
+
+    /// The row number behind `prefix_…`; `None` for anything [`RowIds::format`] cannot have
+    /// written (another prefix, another length, upper case, a character outside the alphabet).
+    pub fn parse(&self, prefix: &str, id: &str) -> Option<i64> {
+        let text = id.strip_prefix(prefix)?.strip_prefix('_')?;
+        if text.len() != ROW_ID_CHARS {
+            return None;
+        }
+        let mut x: u64 = 0;
+        for b in text.bytes() {
+            let digit = ALPHABET.iter().position(|a| *a == b)? as u64;
+            x = x.checked_mul(32)? | digit;
+        }
+        if x >= ROW_SPACE {
+            return None;
+        }
+        loop {
+            x = self.unpermute(prefix, x);
+            if x < ROW_SPACE {
+                break;
+            }
+        }
+        i64::try_from(x).ok().filter(|n| *n > 0)
+    }
+
+    /// The round function: 32 bits of HMAC(key, prefix, round, half).
+    fn round(&self, prefix: &str, round: u8, half: u32) -> u32 {
+        let mut mac = self.mac.clone();
+        mac.update(prefix.as_bytes());
+        mac.update(&[0, round]);
+        mac.update(&half.to_be_bytes());
+        let out = mac.finalize().into_bytes();
+        u32::from_be_bytes([out[0], out[1], out[2], out[3]])
+    }
+
+    fn permute(&self, prefix: &str, x: u64) -> u64 {
+        let (mut left, mut right) = ((x >> 32) as u32, x as u32);
+        for round in 0..ROUNDS {
+            (left, right) = (right, left ^ self.round(prefix, round, right));
+        }
+        (u64::from(left) << 32) | u64::from(right)
+    }
+
+    fn unpermute(&self, prefix: &str, x: u64) -> u64 {
+        let (mut left, mut right) = ((x >> 32) as u32, x as u32);
+        for round in (0..ROUNDS).rev() {
+            (left, right) = (right ^ self.round(prefix, round, left), left);
+        }
+        (u64::from(left) << 32) | u64::from(right)
+    }
+}
+
+/// The pattern (ECMA 262, as OpenAPI documents take it) of every public id of rows counted
+/// under `prefix`: what [`RowIds::parse`] takes apart from the key.
+pub fn row_id_pattern(prefix: &str) -> String {
+    format!("^{prefix}_[0-7][0-9a-hjkmnp-tv-z]{{{}}}$", ROW_ID_CHARS - 1)
 }
 
 /// The smallest id [`new_id`] can give `prefix` at `ms` (epoch ms): every id made at or after
@@ -165,20 +267,93 @@ mod tests {
     }
 
     #[test]
-    fn numbered_ids_read_back_and_nothing_else_does() {
-        assert_eq!(numbered(DELIVERY, 42), "dlv_42");
-        assert_eq!(parse_numbered(DELIVERY, "dlv_42"), Some(42));
-        for bad in [
-            "42",
-            "att_42",
-            "dlv_",
-            "dlv_-1",
-            "dlv_0",
-            "dlv_4x",
-            "dlv_99999999999999999999",
-        ] {
-            assert_eq!(parse_numbered(DELIVERY, bad), None, "{bad}");
+    fn row_ids_read_back_and_nothing_else_does() {
+        let ids = RowIds::from_secret("0123456789abcdef");
+        for n in [1, 2, 42, 1 << 32, i64::MAX - 1, i64::MAX] {
+            let id = ids.format(DELIVERY, n);
+            assert!(
+                id.starts_with("dlv_") && id.len() == 4 + ROW_ID_CHARS,
+                "{id}"
+            );
+            assert_eq!(ids.parse(DELIVERY, &id), Some(n), "{id}");
+            assert_eq!(ids.parse(ATTEMPT, &id), None, "{id} is no attempt id");
+            let pattern = row_id_pattern(DELIVERY);
+            assert!(pattern.starts_with("^dlv_[0-7]"), "{pattern}");
+            assert!(id.as_bytes()[4] <= b'7', "{id} within the pattern");
+            let upper = id.to_uppercase().replacen("DLV", "dlv", 1);
+            assert_eq!(ids.parse(DELIVERY, &upper), None, "{upper}");
         }
+        let one = ids.format(DELIVERY, 1);
+        let body = &one[4..];
+        for bad in [
+            "42".to_owned(),
+            "dlv_42".to_owned(),
+            "dlv_".to_owned(),
+            format!("dlv_{body}0"),
+            format!("dlv_{}", &body[1..]),
+            format!("dlv_8{}", &body[1..]),
+            format!("dlv_{}i", &body[..12]),
+            format!("dlv_{}u", &body[..12]),
+            format!("att_{body}"),
+            format!("dlv-{body}"),
+        ] {
+            assert_eq!(ids.parse(DELIVERY, &bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn row_ids_are_a_permutation_of_every_spelling() {
+        // Every well-formed spelling decodes to some row (cycle walking is a bijection), and
+        // formats back to itself: there is exactly one id per row.
+        let ids = RowIds::from_secret("k");
+        for x in [1u64, 2, 1 << 40, (1 << 63) - 1, 0x0123_4567_89ab_cdef] {
+            let mut text = String::from("att_");
+            for i in (0..ROW_ID_CHARS).rev() {
+                text.push(ALPHABET[((x >> (i * 5)) & 31) as usize] as char);
+            }
+            if let Some(n) = ids.parse(ATTEMPT, &text) {
+                assert_eq!(ids.format(ATTEMPT, n), text);
+            }
+        }
+    }
+
+    /// Consecutive rows get ids that say nothing of their distance: not in order, and not
+    /// close together.
+    #[test]
+    fn consecutive_row_ids_hide_their_difference() {
+        let ids = RowIds::from_secret("an installation's key");
+        let decoded = |id: &str| {
+            id[4..].bytes().fold(0u64, |x, b| {
+                x * 32 + ALPHABET.iter().position(|a| *a == b).unwrap() as u64
+            })
+        };
+        let spelled: Vec<u64> = (1..=200)
+            .map(|n| decoded(&ids.format(DELIVERY, n)))
+            .collect();
+        let ascending = spelled.windows(2).filter(|w| w[0] < w[1]).count();
+        assert!(
+            (40..=160).contains(&ascending),
+            "{ascending} of 199 steps go up"
+        );
+        let close = spelled
+            .windows(2)
+            .filter(|w| w[0].abs_diff(w[1]) < 1 << 40)
+            .count();
+        assert!(close <= 2, "{close} of 199 neighbours are close");
+        let mut distinct = spelled.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), spelled.len());
+    }
+
+    #[test]
+    fn another_key_spells_other_ids() {
+        let (a, b) = (RowIds::from_secret("one"), RowIds::from_secret("two"));
+        let id = a.format(DELIVERY, 7);
+        assert_eq!(id, a.clone().format(DELIVERY, 7), "stable for one key");
+        assert_ne!(id, b.format(DELIVERY, 7));
+        assert_ne!(b.parse(DELIVERY, &id), Some(7));
+        assert_ne!(a.format(DELIVERY, 7)[4..], a.format(ATTEMPT, 7)[4..]);
     }
 
     #[test]

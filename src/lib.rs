@@ -35,7 +35,8 @@
 //! (loopback receivers, an in-process harness: crate `sluice-testkit`) live in their own
 //! workspace members, so none of it is compiled into the server.
 //! - [`clock`] and [`ids`]: wall-clock milliseconds and their RFC 3339 form; prefixed ids
-//!   (`dlv_`/`att_` for the store's numbered rows), tokens and their hashes.
+//!   (`dlv_`/`att_` for the store's numbered rows, opaque under the installation's key), tokens
+//!   and their hashes.
 //! - [`stats`]: rolling per-endpoint windows and the evidence arithmetic.
 //! - [`sizing`]: Little's Law, square-root staffing, Erlang C, layout, autoscaling.
 //! - [`server`]: `sluice serve` as a call: the store, the dispatcher, the API and the console

@@ -70,13 +70,13 @@ pub fn disabled_payload(endpoint_id: &str, reason: &str) -> Value {
 pub fn dead_letter_payload(
     endpoint_id: &str,
     message_id: &str,
-    delivery_id: i64,
+    delivery_id: &str,
     reason: &str,
 ) -> Value {
     json!({
         "endpoint_id": endpoint_id,
         "message_id": message_id,
-        "delivery_id": crate::ids::numbered(crate::ids::DELIVERY, delivery_id),
+        "delivery_id": delivery_id,
         "reason": reason,
     })
 }

@@ -4,6 +4,8 @@
 
 #[path = "api/deliveries.rs"]
 mod deliveries;
+#[path = "api/delivery_ids.rs"]
+mod delivery_ids;
 #[path = "api/errors.rs"]
 mod errors;
 #[path = "api/evidence.rs"]
@@ -20,6 +22,8 @@ mod ordering;
 mod rate_limit;
 #[path = "api/resources.rs"]
 mod resources;
+#[path = "api/schema.rs"]
+mod schema;
 use sluice_testkit as support;
 
 pub use support::api::{Reply, assert_problem, states};

@@ -61,7 +61,7 @@ async fn a_message_arrives_signed_and_is_recorded_as_delivered() {
     let log = s
         .running
         .store
-        .attempts(&tenant, row(&d["id"]))
+        .attempts(&tenant, row(&s, &d["id"]))
         .await
         .unwrap();
     assert_eq!(log.len(), 1);
@@ -112,8 +112,13 @@ fn instant(v: &serde_json::Value) -> i64 {
 }
 
 /// The store's row number of a delivery's `dlv_…` id.
-fn row(v: &serde_json::Value) -> i64 {
-    sluice::ids::parse_numbered(sluice::ids::DELIVERY, v.as_str().expect("id")).expect("dlv_ id")
+fn row(s: &Sluice, v: &serde_json::Value) -> i64 {
+    let id = v.as_str().expect("id");
+    s.running
+        .store
+        .row_ids()
+        .parse(sluice::ids::DELIVERY, id)
+        .expect("dlv_ id")
 }
 
 async fn support_tenant(s: &Sluice, token: &str) -> String {
@@ -301,7 +306,7 @@ async fn redirects_are_not_followed_and_large_bodies_are_truncated() {
     let log = s
         .running
         .store
-        .attempts(&tenant, row(&d["id"]))
+        .attempts(&tenant, row(&s, &d["id"]))
         .await
         .unwrap();
     assert_eq!(log[0].response.as_ref().unwrap().len(), 64 * 1024);

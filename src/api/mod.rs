@@ -5,6 +5,7 @@
 
 pub mod auth;
 mod body;
+pub mod constraints;
 pub(crate) mod endpoints;
 mod event_types;
 pub mod ingest;
@@ -21,6 +22,7 @@ mod store_errors;
 pub(crate) mod tenants;
 pub mod time;
 pub(crate) mod views;
+mod whole;
 
 use std::sync::Arc;
 
@@ -120,7 +122,12 @@ pub fn router(state: AppState, metrics: MetricsOn) -> Router {
 /// HTML pages) are merged beside it, not inside.
 pub fn routes(state: AppState, metrics: MetricsOn) -> Router {
     let (router, doc) = documented(metrics).split_for_parts();
-    let document = openapi::Document::new(&doc);
+    let caps = state.settings.timeout_caps;
+    let limits = constraints::Limits {
+        timeout_caps_ms: [caps.connect, caps.read, caps.total].map(|d| d.as_millis() as u64),
+        link_ttl_s: state.portal_links.ttl_s(),
+    };
+    let document = openapi::Document::new(&doc, &limits);
     finish(router.layer(Extension(document)), state)
 }
 

@@ -61,9 +61,12 @@ impl Modify for Security {
 pub struct Document(pub Arc<str>);
 
 impl Document {
-    /// Serialize `doc` once.
-    pub fn new(doc: &utoipa::openapi::OpenApi) -> Self {
-        Self(doc.to_json().unwrap_or_else(|_| "{}".to_owned()).into())
+    /// Serialize `doc` once, with what the API enforces beyond types under this
+    /// installation's `limits` ([`super::constraints`]).
+    pub fn new(doc: &utoipa::openapi::OpenApi, limits: &super::constraints::Limits) -> Self {
+        let mut value = serde_json::to_value(doc).unwrap_or_default();
+        super::constraints::apply(&mut value, limits);
+        Self(value.to_string().into())
     }
 }
 

@@ -73,12 +73,17 @@ impl PageQuery {
         }
     }
 
-    /// The cursor as the row number of a numbered id (`dlv_42` for `prefix` `dlv`).
-    pub(crate) fn after_number(&self, prefix: &str) -> Result<Option<i64>, Problem> {
+    /// The cursor as the row number behind a public row id (`dlv_…` for `prefix` `dlv`).
+    pub(crate) fn after_number(
+        &self,
+        row_ids: &crate::ids::RowIds,
+        prefix: &str,
+    ) -> Result<Option<i64>, Problem> {
         self.after
             .as_deref()
             .map(|c| {
-                crate::ids::parse_numbered(prefix, c)
+                row_ids
+                    .parse(prefix, c)
                     .ok_or_else(|| Problem::bad_request("after", format!("bad cursor {c:?}")))
             })
             .transpose()

@@ -61,6 +61,7 @@ pub struct CreatePortalLink {
     /// token, omitted or that tenant's own id.
     pub tenant_id: Option<String>,
     /// Seconds the link stays usable, from 1 up to the configured link lifetime (the default).
+    #[serde(default, deserialize_with = "super::whole::option")]
     pub expires_in_s: Option<u32>,
 }
 

@@ -15,15 +15,34 @@ use crate::model::QueueStats;
 use crate::sizing::ScalingPolicy;
 use crate::sizing::fleet::FleetLoad;
 use crate::sizing::signal::{ScaleSignal, max_oldest_ready_age_s, scale_signal};
-use crate::web::problem::ApiResult;
+use crate::web::problem::{ApiResult, Problem};
 
 /// Query of `GET /v1/scale`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct ScaleQuery {
-    /// Dispatcher replicas running now (default: the dispatchers with a fresh heartbeat).
+    /// Dispatcher replicas running now, 0–100000 (default: the dispatchers with a fresh
+    /// heartbeat).
+    #[param(minimum = 0, maximum = 100000)]
     pub current_replicas: Option<u32>,
+}
+
+/// The most replicas `current_replicas` may name: far past any fleet, and what keeps the
+/// controller's arithmetic (`current × 2 + 1`) and the answer's integers in range.
+const MAX_CURRENT_REPLICAS: u32 = 100_000;
+
+impl ScaleQuery {
+    /// `current_replicas`, checked against its range.
+    fn current(&self) -> Result<Option<u32>, Problem> {
+        match self.current_replicas {
+            Some(n) if n > MAX_CURRENT_REPLICAS => Err(Problem::bad_request(
+                "current_replicas",
+                format!("current_replicas {n} must be 0–{MAX_CURRENT_REPLICAS}"),
+            )),
+            n => Ok(n),
+        }
+    }
 }
 
 /// The live fleet, from the heartbeats in the store (fresh: within three intervals).
@@ -74,5 +93,5 @@ pub(crate) async fn get(
     _: Admin,
     Q(q): Q<ScaleQuery>,
 ) -> ApiResult<Json<ScaleSignal>> {
-    Ok(Json(signal(&state, q.current_replicas).await?))
+    Ok(Json(signal(&state, q.current()?).await?))
 }

@@ -32,8 +32,10 @@ pub(crate) fn check_id(what: &'static str, id: &str) -> Result<(), Problem> {
 }
 
 /// A delivery id (`dlv_…`) from the path, as the store's row number; anything else is a 404.
-pub(crate) fn delivery_id(id: &str) -> Result<i64, Problem> {
-    ids::parse_numbered(ids::DELIVERY, id).ok_or_else(|| Problem::not_found("delivery"))
+pub(crate) fn delivery_id(row_ids: &ids::RowIds, id: &str) -> Result<i64, Problem> {
+    row_ids
+        .parse(ids::DELIVERY, id)
+        .ok_or_else(|| Problem::not_found("delivery"))
 }
 
 /// Reject text with control characters (they have no place in names and descriptions, and some
@@ -307,7 +309,7 @@ impl EndpointOut {
 /// One message × endpoint pair.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct DeliveryOut {
-    /// `dlv_…`
+    /// `dlv_…`: opaque (it says nothing of when or how many deliveries were made).
     pub id: String,
     /// `msg_…`: also the `webhook-id` of every attempt.
     pub message_id: String,
@@ -331,10 +333,11 @@ pub(crate) struct DeliveryOut {
     pub updated_at: Timestamp,
 }
 
-impl From<DeliveryView> for DeliveryOut {
-    fn from(d: DeliveryView) -> Self {
+impl DeliveryOut {
+    /// The view of `d`, its id made public with `row_ids`.
+    pub(crate) fn new(d: DeliveryView, row_ids: &ids::RowIds) -> Self {
         Self {
-            id: ids::numbered(ids::DELIVERY, d.id),
+            id: row_ids.format(ids::DELIVERY, d.id),
             message_id: d.message_id,
             endpoint_id: d.endpoint_id,
             state: d.state.into(),
@@ -352,7 +355,7 @@ impl From<DeliveryView> for DeliveryOut {
 /// One attempt: status, error kind, duration, truncated response.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct AttemptOut {
-    /// `att_…`
+    /// `att_…`: opaque, like delivery ids.
     pub id: String,
     /// `dlv_…`
     pub delivery_id: String,
@@ -368,11 +371,12 @@ pub(crate) struct AttemptOut {
     pub response: Option<String>,
 }
 
-impl From<AttemptView> for AttemptOut {
-    fn from(a: AttemptView) -> Self {
+impl AttemptOut {
+    /// The view of `a`, its ids made public with `row_ids`.
+    pub(crate) fn new(a: AttemptView, row_ids: &ids::RowIds) -> Self {
         Self {
-            id: ids::numbered(ids::ATTEMPT, a.id),
-            delivery_id: ids::numbered(ids::DELIVERY, a.delivery_id),
+            id: row_ids.format(ids::ATTEMPT, a.id),
+            delivery_id: row_ids.format(ids::DELIVERY, a.delivery_id),
             started_at: Timestamp(a.started_at_ms),
             duration_ms: a.duration_ms,
             status: a.status,

@@ -107,10 +107,14 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
                 && written.applied.contains(&settlement.delivery_id)
             {
                 m.count(&meta.endpoint_id, Count::DeadLettered);
+                let delivery_id = ctx
+                    .store
+                    .row_ids()
+                    .format(crate::ids::DELIVERY, settlement.delivery_id);
                 let payload = notify::dead_letter_payload(
                     &meta.endpoint_id,
                     &meta.message_id,
-                    settlement.delivery_id,
+                    &delivery_id,
                     reason,
                 );
                 let (store, tenant) = (ctx.store.clone(), meta.tenant_id.clone());

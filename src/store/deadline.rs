@@ -80,6 +80,10 @@ impl Store for Bounded {
         self.inner.work_signal()
     }
 
+    fn row_ids(&self) -> &crate::ids::RowIds {
+        self.inner.row_ids()
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         self.run(self.inner.ping()).await
     }

@@ -78,6 +78,10 @@ pub trait Store: Send + Sync + 'static {
     /// dispatchers wake without polling. PostgreSQL relays `NOTIFY` from other processes.
     fn work_signal(&self) -> Arc<Notify>;
 
+    /// The public ids of this database's deliveries and attempts, keyed by the installation's
+    /// secret ([`ROW_ID_KEY_SETTING`]), read (or made) when the store was opened.
+    fn row_ids(&self) -> &crate::ids::RowIds;
+
     /// Is the database reachable right now?
     async fn ping(&self) -> StoreResult<()>;
 
@@ -360,23 +364,22 @@ impl SettleRow {
     }
 }
 
-/// For a replay or resend of delivery `id`, now in `state`: the states (as an SQL list) the
-/// update may change, or why it may not happen.
+/// For a replay or resend of a delivery now in `state`: the states (as an SQL list) the update
+/// may change, or why it may not happen. The reason names no id: the store knows only the row
+/// number, which is never shown (the caller named the delivery by its public id).
 pub(crate) fn replayable(
     target: &ReplayTarget,
-    id: i64,
     state: DeliveryState,
 ) -> Result<&'static str, StoreError> {
-    let public = crate::ids::numbered(crate::ids::DELIVERY, id);
     match (target, state) {
         (ReplayTarget::Delivery(_), DeliveryState::Dead) => Ok("3"),
         (ReplayTarget::Delivery(_), other) => Err(StoreError::Conflict(format!(
-            "delivery {public} is {}, not dead-lettered (resend it instead)",
+            "the delivery is {}, not dead-lettered (resend it instead)",
             other.name()
         ))),
-        (ReplayTarget::Resend(_), DeliveryState::Leased) => Err(StoreError::Conflict(format!(
-            "delivery {public} is being attempted now; resend it once that attempt settles"
-        ))),
+        (ReplayTarget::Resend(_), DeliveryState::Leased) => Err(StoreError::Conflict(
+            "the delivery is being attempted now; resend it once that attempt settles".to_owned(),
+        )),
         (_, _) => Ok("0, 2, 3"),
     }
 }
@@ -414,6 +417,11 @@ pub type SharedStore = Arc<dyn Store>;
 /// How much room `probe_write` checks for: enough for an ordinary batch of messages, small
 /// enough to write (and roll back) at every readiness probe.
 pub const PROBE_ROOM_BYTES: usize = 64 * 1024;
+
+/// The settings key of the installation's secret behind the public ids of deliveries and
+/// attempts ([`crate::ids::RowIds`]): 32 random bytes as hex, made by the first process to open
+/// the database (of processes starting together, one wins and all read it).
+pub const ROW_ID_KEY_SETTING: &str = "row_id_key";
 
 /// The settings key of the write probe's heartbeat (milliseconds since the epoch).
 pub const PROBE_SETTING: &str = "write_probe_at_ms";

@@ -115,6 +115,8 @@ pub struct PostgresStore {
     lease_tag: i32,
     /// Claims sent whose outcome was lost, to give back (see [`claim::InDoubt`]).
     in_doubt: claim::InDoubt,
+    /// Public ids of deliveries and attempts.
+    row_ids: crate::ids::RowIds,
 }
 
 impl PostgresStore {
@@ -164,7 +166,7 @@ impl PostgresStore {
             instance.clone(),
         ));
         let (listener_sender, listener_pid) = tokio::sync::watch::channel(0);
-        let store = Self {
+        let mut store = Self {
             pool,
             signal: Arc::new(Notify::new()),
             announce: announce_tx,
@@ -177,8 +179,17 @@ impl PostgresStore {
             listener_pid,
             lease_tag: crate::ids::lease_tag(),
             in_doubt: claim::InDoubt::default(),
+            // The installation's key is read once the settings table surely exists, below.
+            row_ids: crate::ids::RowIds::from_secret(""),
         };
         store.migrate().await?;
+        let key = queries::init_setting(
+            &store.client().await?,
+            ROW_ID_KEY_SETTING,
+            &crate::ids::random_hex(32),
+        )
+        .await?;
+        store.row_ids = crate::ids::RowIds::from_secret(&key);
         background::warn_without_autovacuum(&store.pool).await;
         if background::grown(&store.pool).await {
             store.first_analyze.skip();
@@ -280,6 +291,10 @@ impl PostgresStore {
 impl Store for PostgresStore {
     fn driver(&self) -> &'static str {
         "postgres"
+    }
+
+    fn row_ids(&self) -> &crate::ids::RowIds {
+        &self.row_ids
     }
 
     fn work_signal(&self) -> Arc<Notify> {

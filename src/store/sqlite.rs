@@ -88,6 +88,8 @@ pub struct SqliteStore {
     signal: Arc<Notify>,
     /// What the local dispatcher's latest claim left out.
     held: HeldEndpoints,
+    /// Public ids of deliveries and attempts.
+    row_ids: crate::ids::RowIds,
 }
 
 impl SqliteStore {
@@ -95,6 +97,8 @@ impl SqliteStore {
     pub fn open(path: &Path, options: SqliteOptions) -> StoreResult<Self> {
         let conn = open_connection(path, options, false)?;
         migrate(&conn)?;
+        let key = queries::init_setting(&conn, ROW_ID_KEY_SETTING, &crate::ids::random_hex(32))?;
+        let row_ids = crate::ids::RowIds::from_secret(&key);
         let (writer, bulk) = crossbeam_channel::bounded::<WriteJob>(WRITE_QUEUE);
         let (urgent, urgent_jobs) = crossbeam_channel::bounded::<WriteJob>(WRITE_QUEUE);
         let queues = Queues {
@@ -124,6 +128,7 @@ impl SqliteStore {
             readers,
             signal: Arc::new(Notify::new()),
             held: HeldEndpoints::default(),
+            row_ids,
         })
     }
 
@@ -300,6 +305,10 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
 impl Store for SqliteStore {
     fn driver(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn row_ids(&self) -> &crate::ids::RowIds {
+        &self.row_ids
     }
 
     fn work_signal(&self) -> Arc<Notify> {

@@ -407,7 +407,7 @@ async fn the_operational_webhook_is_notified_signed_through_the_delivery_machine
     s.send(&token, "order.paid", json!({})).await;
 
     let store = s.running.store.clone();
-    let payload = sluice::notify::dead_letter_payload("ep_x", "msg_x", 7, "http_500");
+    let payload = sluice::notify::dead_letter_payload("ep_x", "msg_x", "dlv_x", "http_500");
     sluice::notify::notify(&store, &tenant, "sluice.message.dead_lettered", payload).await;
     // A notice about the operational endpoint itself is dropped.
     let own = sluice::notify::disabled_payload(&id, "gone");
@@ -424,7 +424,7 @@ async fn the_operational_webhook_is_notified_signed_through_the_delivery_machine
     assert!(got[0].signature.starts_with("v1,"));
     let v: Value = serde_json::from_slice(&got[0].body).unwrap();
     assert_eq!(v["type"], "sluice.message.dead_lettered");
-    assert_eq!(v["data"]["delivery_id"], "dlv_7");
+    assert_eq!(v["data"]["delivery_id"], "dlv_x");
     assert!(
         sluice::clock::parse_rfc3339(v["timestamp"].as_str().unwrap()).is_ok(),
         "{v}"

@@ -28,6 +28,7 @@ mod reads;
 mod reap;
 mod redelivery;
 mod retention;
+mod row_ids;
 mod settle;
 mod upgrade;
 

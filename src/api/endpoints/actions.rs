@@ -41,6 +41,16 @@ pub(crate) struct EventsQuery {
     pub limit: Option<u32>,
 }
 
+/// The body of an action whose body is optional: none, only whitespace or `null` (which its
+/// document allows: `oneOf: [null, object]`) is `None`; anything else is parsed as `T`.
+fn optional_body<T: serde::de::DeserializeOwned>(raw: &[u8]) -> Result<Option<T>, Problem> {
+    let text = raw.trim_ascii();
+    if text.is_empty() || text == b"null" {
+        return Ok(None);
+    }
+    crate::api::body::parse(text).map(Some)
+}
+
 /// Record an endpoint event; a failure to record never fails the request that caused it.
 pub(crate) async fn record(state: &AppState, e: &Endpoint, kind: &str, detail: String) {
     let event = EndpointEvent {
@@ -114,11 +124,7 @@ pub(crate) async fn disable(
     Path(id): Path<String>,
     raw: axum::body::Bytes,
 ) -> ApiResult<Json<EndpointOut>> {
-    let reason = if raw.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        crate::api::body::parse::<DisableEndpoint>(&raw)?.reason
-    };
+    let reason = optional_body::<DisableEndpoint>(&raw)?.and_then(|b| b.reason);
     if let Some(r) = &reason {
         check_text("reason", r, 500)?;
     }
@@ -144,11 +150,7 @@ pub(crate) async fn rotate_secret(
     Path(id): Path<String>,
     raw: axum::body::Bytes,
 ) -> ApiResult<Json<EndpointOut>> {
-    let scheme = if raw.iter().all(u8::is_ascii_whitespace) {
-        None
-    } else {
-        crate::api::body::parse::<RotateSecret>(&raw)?.signature_scheme
-    };
+    let scheme = optional_body::<RotateSecret>(&raw)?.and_then(|b| b.signature_scheme);
     let e = rotate(&state, &tenant.id, &id, scheme).await?;
     Ok(Json(EndpointOut::new(e, true)))
 }

@@ -22,7 +22,7 @@ const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// Headers an endpoint may not set: hop-by-hop headers (they describe one connection, not the
 /// request), the ones that frame or describe the body sluice sends (setting them would corrupt
 /// the request or lie about it), and `Host`.
-const REFUSED_HEADERS: &[&str] = &[
+pub(crate) const REFUSED_HEADERS: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-authenticate",
@@ -216,6 +216,7 @@ pub struct RateLimitIn {
     pub per_second: f64,
     /// Events that may go at once after a quiet spell: 1–100000. Omitted: one second's worth
     /// (`per_second` rounded up).
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub burst: Option<u32>,
 }
 

@@ -52,14 +52,19 @@ pub struct CreateEndpoint {
     #[serde(default)]
     pub signature_scheme: Scheme,
     /// Lane size override, 1–10000 (clamped by the fairness ceiling).
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub lane_size: Option<u32>,
     /// Latency breaker ceiling in milliseconds, 100–3600000.
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub latency_ceiling_ms: Option<u32>,
     /// Connect timeout override, milliseconds (within the operator's cap).
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub connect_timeout_ms: Option<u32>,
     /// Read timeout override, milliseconds.
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub read_timeout_ms: Option<u32>,
     /// Total deadline override, milliseconds.
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub total_timeout_ms: Option<u32>,
     /// CA certificates (PEM) trusted for this endpoint beside the operator's and the
     /// system's: for a receiver whose certificate a private CA signed.
@@ -98,23 +103,23 @@ pub struct UpdateEndpoint {
     /// Enable or disable.
     pub enabled: Option<bool>,
     /// Lane override (`null` clears).
-    #[serde(default, with = "super::body::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub lane_size: Option<Option<u32>>,
     /// Latency ceiling (`null` clears).
-    #[serde(default, with = "super::body::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub latency_ceiling_ms: Option<Option<u32>>,
     /// Connect timeout (`null` clears).
-    #[serde(default, with = "super::body::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub connect_timeout_ms: Option<Option<u32>>,
     /// Read timeout (`null` clears).
-    #[serde(default, with = "super::body::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub read_timeout_ms: Option<Option<u32>>,
     /// Total deadline (`null` clears).
-    #[serde(default, with = "super::body::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub total_timeout_ms: Option<Option<u32>>,
     /// The client certificate presented (PEM, with `tls_client_key`; `null` with it removes

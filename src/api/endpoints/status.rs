@@ -118,8 +118,8 @@ pub struct FifoStatus {
 /// The head of a FIFO endpoint's queue.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FifoHead {
-    /// Its delivery.
-    pub delivery_id: i64,
+    /// Its delivery (`dlv_…`).
+    pub delivery_id: String,
     /// Its message.
     pub message_id: String,
     /// `ready` (waiting for its turn or its retry) or `leased` (being attempted).
@@ -167,7 +167,7 @@ async fn fifo_status(state: &AppState, id: &str) -> FifoStatus {
         held_by_head: failing && behind > 0,
         behind,
         head: head.map(|h| FifoHead {
-            delivery_id: h.id,
+            delivery_id: state.store.row_ids().format(crate::ids::DELIVERY, h.id),
             message_id: h.message_id,
             state: h.state.into(),
             attempts: h.attempts,

@@ -31,9 +31,13 @@ pub(crate) async fn page(
     q: &PageQuery,
 ) -> ApiResult<Json<Page<DeliveryOut>>> {
     filter.limit = q.limit()?;
-    filter.after = q.after_number(ids::DELIVERY)?;
+    let row_ids = state.store.row_ids();
+    filter.after = q.after_number(row_ids, ids::DELIVERY)?;
     let rows = state.store.list_deliveries(&filter).await?;
-    let data = rows.into_iter().map(DeliveryOut::from).collect();
+    let data = rows
+        .into_iter()
+        .map(|d| DeliveryOut::new(d, row_ids))
+        .collect();
     Ok(Json(Page::new(data, filter.limit, |d: &DeliveryOut| {
         d.id.clone()
     })))
@@ -102,7 +106,8 @@ pub(crate) async fn message_attempts(
     let mut data = Vec::new();
     for d in message.deliveries {
         let attempts = state.store.attempts(&tenant.id, d.id).await?;
-        data.extend(attempts.into_iter().map(AttemptOut::from));
+        let row_ids = state.store.row_ids();
+        data.extend(attempts.into_iter().map(|a| AttemptOut::new(a, row_ids)));
     }
     Ok(Json(Page { data, next: None }))
 }
@@ -150,13 +155,17 @@ pub(crate) async fn endpoint_attempts(
 ) -> ApiResult<Json<Page<AttemptOut>>> {
     check_id("endpoint", &id)?;
     let limit = q.limit()?;
-    let before = q.after_number(ids::ATTEMPT)?;
+    let row_ids = state.store.row_ids();
+    let before = q.after_number(row_ids, ids::ATTEMPT)?;
     state.store.endpoint(Some(&tenant.id), &id).await?;
     let rows = state
         .store
         .endpoint_attempts(&tenant.id, &id, 0, before, limit)
         .await?;
-    let data = rows.into_iter().map(AttemptOut::from).collect();
+    let data = rows
+        .into_iter()
+        .map(|a| AttemptOut::new(a, row_ids))
+        .collect();
     Ok(Json(Page::new(data, limit, |a: &AttemptOut| a.id.clone())))
 }
 
@@ -174,12 +183,16 @@ pub(crate) async fn get(
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
 ) -> ApiResult<Json<DeliveryDetail>> {
-    let id = delivery_id(&id)?;
+    let row_ids = state.store.row_ids();
+    let id = delivery_id(row_ids, &id)?;
     let delivery = find_delivery(&state, &tenant.id, id).await?;
     let attempts = state.store.attempts(&tenant.id, id).await?;
     Ok(Json(DeliveryDetail {
-        delivery: delivery.into(),
-        attempt_log: attempts.into_iter().map(AttemptOut::from).collect(),
+        delivery: DeliveryOut::new(delivery, row_ids),
+        attempt_log: attempts
+            .into_iter()
+            .map(|a| AttemptOut::new(a, row_ids))
+            .collect(),
     }))
 }
 
@@ -197,8 +210,12 @@ pub(crate) async fn attempts(
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Page<AttemptOut>>> {
-    let id = delivery_id(&id)?;
+    let row_ids = state.store.row_ids();
+    let id = delivery_id(row_ids, &id)?;
     let attempts = state.store.attempts(&tenant.id, id).await?;
-    let data = attempts.into_iter().map(AttemptOut::from).collect();
+    let data = attempts
+        .into_iter()
+        .map(|a| AttemptOut::new(a, row_ids))
+        .collect();
     Ok(Json(Page { data, next: None }))
 }

@@ -254,7 +254,11 @@ pub(super) async fn get(
         event_type: m.event_type,
         payload,
         created_at: Timestamp(m.created_at_ms),
-        deliveries: m.deliveries.into_iter().map(DeliveryOut::from).collect(),
+        deliveries: m
+            .deliveries
+            .into_iter()
+            .map(|d| DeliveryOut::new(d, state.store.row_ids()))
+            .collect(),
     }))
 }
 

@@ -74,7 +74,7 @@ pub(crate) async fn replay_one(
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Replayed>> {
-    let id = delivery_id(&id)?;
+    let id = delivery_id(state.store.row_ids(), &id)?;
     let (_, replayed) = redeliver(&state, &tenant.id, id, ReplayTarget::Delivery).await?;
     Ok(Json(Replayed { replayed }))
 }
@@ -100,7 +100,7 @@ pub(crate) async fn redeliver(
         .endpoint(Some(tenant), &delivery.endpoint_id)
         .await
     {
-        let public = ids::numbered(ids::DELIVERY, id);
+        let public = state.store.row_ids().format(ids::DELIVERY, id);
         let detail = match target {
             ReplayTarget::Resend(_) => format!(
                 "delivery {public} (message {}, was {}) resent",
@@ -202,7 +202,7 @@ pub(crate) async fn resend(
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Resent>> {
-    let id = delivery_id(&id)?;
+    let id = delivery_id(state.store.row_ids(), &id)?;
     let (_, resent) = redeliver(&state, &tenant.id, id, ReplayTarget::Resend).await?;
     Ok(Json(Resent { resent }))
 }

@@ -25,6 +25,7 @@ pub(super) struct CreateTenant {
     pub name: String,
     /// Its share of the pool while tenants compete, relative to the others' weights, 1–1000
     /// (default: the process's `--tenant-weight`, 1).
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub weight: Option<u32>,
     /// The largest share of the pool it may hold at any moment, above 0 and at most 1
     /// (default: the process's `--tenant-max-share`, 1: no ceiling).
@@ -37,7 +38,7 @@ pub(super) struct CreateTenant {
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateTenant {
     /// 1–1000, or `null` for the default.
-    #[serde(default, with = "super::body::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub weight: Option<Option<u32>>,
     /// Above 0 and at most 1, or `null` for the default.
@@ -100,16 +101,17 @@ pub(super) async fn create(
     _: Admin,
     Body(req): Body<CreateTenant>,
 ) -> ApiResult<(StatusCode, Json<TenantOut>)> {
+    // The length counts as given, white space around it included, as the document says.
+    check_text("name", &req.name, 200)?;
     let name = req.name.trim();
     if name.is_empty() {
         return Err(Problem::unprocessable(
             "name",
-            "name must be 1–200 characters",
+            "name must be 1–200 characters, not only white space",
         ));
     }
-    check_text("name", name, 200)?;
     // A name is one line: it is shown in lists and logs.
-    if name.contains(['\n', '\t']) {
+    if req.name.contains(['\n', '\t']) {
         return Err(Problem::unprocessable(
             "name",
             "name must be one line without tabs",

@@ -85,7 +85,7 @@ pub async fn show(
         h2 { "Deliveries" }
         @if deliveries.is_empty() { p.muted { "No endpoint was subscribed to this event type when it arrived." } }
         @for (d, attempts) in &deliveries {
-            section.panel.delivery id={(ids::numbered(ids::DELIVERY, d.id))} {
+            section.panel.delivery id={(store.row_ids().format(ids::DELIVERY, d.id))} {
                 p.row {
                     (badge(d.state))
                     a.url href={"/console/portal/endpoints/" (d.endpoint_id)} { (names.get(d.endpoint_id.as_str()).copied().unwrap_or(&d.endpoint_id)) }
@@ -94,10 +94,10 @@ pub async fn show(
                 }
                 @if let Some(e) = &d.last_error { p.note { "Last error: " (e) } }
                 @if d.state == DeliveryState::Dead {
-                    (post_button(&format!("/console/portal/deliveries/{}/replay", ids::numbered(ids::DELIVERY, d.id)), &portal.csrf, "Replay", "primary"))
+                    (post_button(&format!("/console/portal/deliveries/{}/replay", store.row_ids().format(ids::DELIVERY, d.id)), &portal.csrf, "Replay", "primary"))
                 }
                 @if d.state == DeliveryState::Delivered {
-                    (post_button(&format!("/console/portal/deliveries/{}/resend", ids::numbered(ids::DELIVERY, d.id)), &portal.csrf, "Resend", ""))
+                    (post_button(&format!("/console/portal/deliveries/{}/resend", store.row_ids().format(ids::DELIVERY, d.id)), &portal.csrf, "Resend", ""))
                 }
                 (attempts_table(attempts))
             }

@@ -237,21 +237,22 @@ async fn deliveries_view(
     state: Option<DeliveryState>,
     endpoints: &[(String, String)],
 ) -> Result<Markup, ConsoleError> {
+    let row_ids = console.app.store.row_ids();
     let filter = DeliveryFilter {
         tenant_id: portal.tenant.id.clone(),
         endpoint_id: (!q.endpoint.is_empty()).then(|| q.endpoint.clone()),
         state,
-        after: ids::parse_numbered(ids::DELIVERY, &q.after),
+        after: row_ids.parse(ids::DELIVERY, &q.after),
         limit: PAGE,
         ..DeliveryFilter::default()
     };
     let rows = console.app.store.list_deliveries(&filter).await?;
     let next = (rows.len() as u32 >= PAGE)
-        .then(|| rows.last().map(|d| ids::numbered(ids::DELIVERY, d.id)))
+        .then(|| rows.last().map(|d| row_ids.format(ids::DELIVERY, d.id)))
         .flatten();
     Ok(html! {
         p.note { "Deliveries, oldest first." }
-        (deliveries_table(&rows, endpoints, None))
+        (deliveries_table(&rows, endpoints, row_ids, None))
         @if let Some(after) = next {
             div.pager { span {} a href=(q.next_page("after", &after)) { "Next →" } }
         }
@@ -262,6 +263,7 @@ async fn deliveries_view(
 fn deliveries_table(
     rows: &[DeliveryView],
     endpoints: &[(String, String)],
+    row_ids: &ids::RowIds,
     csrf: Option<&str>,
 ) -> Markup {
     let now = crate::clock::now_ms();
@@ -283,7 +285,7 @@ fn deliveries_table(
                     td data-label="Updated" title=(page::time(d.updated_at_ms)) { (page::ago(d.updated_at_ms, now)) }
                     @if let Some(csrf) = csrf {
                         td data-label="" {
-                            form.inline method="post" action={"/console/portal/deliveries/" (ids::numbered(ids::DELIVERY, d.id)) "/replay"} {
+                            form.inline method="post" action={"/console/portal/deliveries/" (row_ids.format(ids::DELIVERY, d.id)) "/replay"} {
                                 (csrf_field(csrf))
                                 input type="hidden" name="next" value="dead-letters";
                                 button type="submit" { "Replay" }
@@ -320,7 +322,7 @@ pub async fn replay_delivery(
     Path(id): Path<String>,
     CsrfForm(form): CsrfForm<ReplayForm>,
 ) -> Result<Redirect, ConsoleError> {
-    let id = delivery_id(&id)?;
+    let id = delivery_id(console.app.store.row_ids(), &id)?;
     let (d, _) = redeliver(&console.app, &portal.tenant.id, id, ReplayTarget::Delivery).await?;
     Ok(if form.next == "dead-letters" {
         Redirect::to("/console/portal/dead-letters")
@@ -337,7 +339,7 @@ pub async fn resend_delivery(
     Path(id): Path<String>,
     CsrfForm(_): CsrfForm<Empty>,
 ) -> Result<Redirect, ConsoleError> {
-    let id = delivery_id(&id)?;
+    let id = delivery_id(console.app.store.row_ids(), &id)?;
     let (d, _) = redeliver(&console.app, &portal.tenant.id, id, ReplayTarget::Resend).await?;
     Ok(Redirect::to(&format!(
         "/console/portal/messages/{}",
@@ -375,17 +377,18 @@ pub async fn dead_letters(
         endpoint_of(&console, &portal, &q.endpoint).await?;
     }
     let endpoints = endpoint_urls(&console, &portal).await?;
+    let row_ids = console.app.store.row_ids();
     let filter = DeliveryFilter {
         tenant_id: portal.tenant.id.clone(),
         endpoint_id: (!q.endpoint.is_empty()).then(|| q.endpoint.clone()),
         state: Some(DeliveryState::Dead),
-        after: ids::parse_numbered(ids::DELIVERY, &q.after),
+        after: row_ids.parse(ids::DELIVERY, &q.after),
         limit: PAGE,
         ..DeliveryFilter::default()
     };
     let rows = console.app.store.list_deliveries(&filter).await?;
     let next = (rows.len() as u32 >= PAGE)
-        .then(|| rows.last().map(|d| ids::numbered(ids::DELIVERY, d.id)))
+        .then(|| rows.last().map(|d| row_ids.format(ids::DELIVERY, d.id)))
         .flatten();
     let body = html! {
         h1 { "Dead letters" }
@@ -393,7 +396,7 @@ pub async fn dead_letters(
         @if !q.endpoint.is_empty() && !rows.is_empty() {
             div.actions { (post_button(&format!("/console/portal/endpoints/{}/replay", q.endpoint), &portal.csrf, "Replay all of this endpoint", "primary")) }
         }
-        (deliveries_table(&rows, &endpoints, Some(&portal.csrf)))
+        (deliveries_table(&rows, &endpoints, row_ids, Some(&portal.csrf)))
         @if let Some(after) = next {
             div.pager { span {} a href={"/console/portal/dead-letters?endpoint=" (q.endpoint) "&after=" (after)} { "Next →" } }
         }

@@ -439,7 +439,7 @@ pub(in crate::store::postgres) async fn replay(
                 .map_err(pg)?
                 .map(|r| DeliveryState::from_code(r.get(0)))
                 .ok_or(StoreError::NotFound("delivery"))?;
-            let allowed = replayable(target, *id, state)?;
+            let allowed = replayable(target, state)?;
             c.query_one(
                 &format!(
                     "{MAKE_READY} WHERE id = $3 AND tenant_id = $4 AND state IN ({allowed}) {MARK}"

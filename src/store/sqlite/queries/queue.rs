@@ -339,7 +339,7 @@ pub(in crate::store::sqlite) fn replay(
             let state = state
                 .map(DeliveryState::from_code)
                 .ok_or(StoreError::NotFound("delivery"))?;
-            let allowed = replayable(target, *id, state)?;
+            let allowed = replayable(target, state)?;
             c.execute(
                 &format!("{MAKE_READY} WHERE id = ?3 AND tenant_id = ?4 AND state IN ({allowed})"),
                 params![now_ms, reason, id, tenant],
