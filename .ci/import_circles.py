@@ -1,20 +1,71 @@
 #!/usr/bin/env python3
-"""List the `crate::…` edges between the modules of src/ and report every circle.
+"""List the `crate::…` edges between the modules of src/, report every circle, and hold every
+top-level module to its floor.
 
 Two views: top-level modules (`config`, `api`, `dispatcher`, …) and files (each `.rs` file is
 one module). A circle is a strongly connected component of more than one module. In-file test
 modules (`#[cfg(test)] mod tests { … }` to the end of the file) are left out by default: a test
 reaching into a sibling does not make the code depend on it; `--with-tests` counts them.
 
+The floors (`FLOORS`): what each top-level module may import. An import of anything else runs
+up a floor (or into a store from below the modules that hold one); each is printed with the
+file it is in. A module missing from the table is one too: give it a floor.
+
 Usage: .ci/import_circles.py [--with-tests] [--edges] [--files]
-Exit status 1 when a top-level circle remains (or, with --files, a file-level one).
+Exit status 1 when a top-level circle or a floor violation remains (or, with --files, a
+file-level circle).
 """
 
 import os
 import re
 import sys
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+# What each top-level module of src/ may import (`crate::…`), floor by floor from the ground up,
+# as src/lib.rs says in words. Anything else runs up a floor, or reaches the store from below the
+# modules that hold one.
+_BASICS = {"clock", "ids", "model", "setting"}
+_MECHANISMS = {"admission", "delivery", "egress", "metrics"}
+_UNDER_ORCHESTRATION = (
+    _BASICS | {"fairness", "pem", "retry", "signing", "sizing", "stats", "store"} | _MECHANISMS
+)
+FLOORS = {
+    # 1. The ground: leaves.
+    "clock": set(),
+    "ids": {"clock"},
+    "setting": set(),
+    "pem": set(),
+    "web": set(),
+    # 2. The nouns.
+    "model": {"clock", "ids"},
+    # 3. Pure arithmetic: no I/O module.
+    "fairness": {"model"},
+    "retry": {"setting"},
+    "signing": set(),
+    "stats": {"clock", "model", "setting"},
+    "sizing": {"clock", "model", "setting", "stats"},
+    # 4. The store keeps the nouns; its claim applies the fair shares.
+    "store": {"clock", "fairness", "ids", "model"},
+    # 5. The mechanisms, the listeners, `sluice receive`: none of them holds a store.
+    "egress": {"pem", "setting"},
+    "admission": _BASICS | {"sizing", "stats"},
+    "delivery": _BASICS | {"admission", "egress", "pem", "retry", "signing", "stats"},
+    "metrics": _BASICS | {"delivery", "stats"},
+    "listener": _BASICS | {"metrics", "web"},
+    "receive": {"clock", "signing"},
+    # 6. Orchestration and the edges, the only modules that hold a store; start-up on top.
+    "notify": _BASICS | {"store"},
+    "dispatcher": _UNDER_ORCHESTRATION | {"notify"},
+    "plan": _UNDER_ORCHESTRATION | {"dispatcher"},
+    "api": _UNDER_ORCHESTRATION | {"dispatcher", "notify", "web"},
+    "console": _UNDER_ORCHESTRATION | {"api", "dispatcher", "plan", "web"},
+    "config": _UNDER_ORCHESTRATION | {"console", "dispatcher", "listener"},
+    "server": _UNDER_ORCHESTRATION
+    | {"api", "config", "console", "dispatcher", "listener", "notify", "web"},
+    "cli": _UNDER_ORCHESTRATION | {"config", "plan", "receive", "server"},
+}
+
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.join(REPO, "src")
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -171,6 +222,20 @@ def main():
             for b in sorted(ts):
                 if a[0] in members and b[0] in members and a[0] != b[0]:
                     print(f"    {'::'.join(a)} -> {'::'.join(b)}")
+    violations = []
+    for a, ts in sorted(file_edges.items()):
+        allowed = FLOORS.get(a[0])
+        for b in sorted(ts):
+            if a[0] != b[0] and allowed is not None and b[0] not in allowed:
+                violations.append((a, b))
+    no_floor = sorted({m[0] for m in file_edges} - set(FLOORS))
+    print(f"floor violations: {len(violations) + len(no_floor)}")
+    for m in no_floor:
+        failed = True
+        print(f"  {m}: no floor (add it to FLOORS in .ci/import_circles.py)")
+    for a, b in violations:
+        failed = True
+        print(f"  {a[0]} -> {b[0]}: {os.path.relpath(files[a], REPO)} imports {'::'.join(b)}")
     file_circles = tarjan(file_edges)
     print(f"file-level circles: {len(file_circles)}")
     for comp in file_circles:

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use sluice::clock::now_ms;
 use sluice::ids::{hash_token, lease_token, new_id, new_token};
+use sluice::model::*;
 use sluice::store::sqlite::{SqliteOptions, SqliteStore};
 use sluice::store::*;
 

@@ -37,16 +37,6 @@ use std::ops::RangeInclusive;
 /// Valid tenant weights.
 pub const WEIGHTS: RangeInclusive<u32> = 1..=1000;
 
-/// A tenant's written policy; `None` takes the process default (`--tenant-weight`,
-/// `--tenant-max-share`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct SharePolicy {
-    /// Relative share of the pool while tenants compete, 1–1000.
-    pub weight: Option<u32>,
-    /// The largest fraction of the pool the tenant may hold, in (0, 1]; 1 is no ceiling.
-    pub max_share: Option<f64>,
-}
-
 /// Why a weight is refused, or `None` when it is valid.
 pub fn weight_problem(weight: u32) -> Option<String> {
     (!WEIGHTS.contains(&weight)).then(|| {

@@ -7,7 +7,8 @@
 
 use serde_json::{Value, json};
 
-use crate::store::{NewMessage, SharedStore, StoreError};
+use crate::model::NewMessage;
+use crate::store::{SharedStore, StoreError};
 
 /// Event type: an endpoint was disabled (410 Gone, failing for too long, …).
 pub const ENDPOINT_DISABLED: &str = "sluice.endpoint.disabled";

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::json;
-use sluice::store::{ClaimRequest, NewMessage, SettleOutcome, Settlement};
+use sluice::model::{ClaimRequest, NewMessage, SettleOutcome, Settlement};
 use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, Sluice, eventually, test_settings};
 
@@ -165,12 +165,12 @@ proptest! {
         rt.block_on(async move {
             let (store, _dir) = support::fresh_sqlite();
             let now = sluice::clock::now_ms();
-            let tenant = sluice::store::Tenant {
+            let tenant = sluice::model::Tenant {
                 id: "ten_p".into(), name: "p".into(), token_hash: "h".into(), created_at_ms: now,
                 share: Default::default(),
             };
             store.create_tenant(&tenant).await.unwrap();
-            let ep = sluice::store::Endpoint {
+            let ep = sluice::model::Endpoint {
                 id: "ep_p".into(), tenant_id: "ten_p".into(), url: "http://127.0.0.1:9/".into(),
                 description: String::new(), event_types: vec![], secret: "whsec_AAAA".into(),
                 previous_secret: None, previous_secret_until_ms: None, enabled: true,
@@ -200,7 +200,7 @@ proptest! {
                 let (outcome, attempt) = match step {
                     0 => (SettleOutcome::Shed { at_ms: clock }, None),
                     1 => (SettleOutcome::Release, None),
-                    2 => (SettleOutcome::Retry { at_ms: clock }, Some(sluice::store::AttemptRecord {
+                    2 => (SettleOutcome::Retry { at_ms: clock }, Some(sluice::model::AttemptRecord {
                         started_at_ms: clock, duration_ms: 5, status: Some(500),
                         error_kind: Some("http_500".into()), response: None,
                     })),
@@ -220,7 +220,7 @@ proptest! {
             }
             let view = store.message("ten_p", "msg_p").await.unwrap();
             prop_assert_eq!(view.deliveries[0].attempts, expected);
-            prop_assert_eq!(view.deliveries[0].state, sluice::store::DeliveryState::Ready);
+            prop_assert_eq!(view.deliveries[0].state, sluice::model::DeliveryState::Ready);
             Ok(())
         })?;
     }

@@ -6,7 +6,8 @@ use sluice_testkit as support;
 use std::time::Duration;
 
 use serde_json::json;
-use sluice::store::{DeliveryFilter, DeliveryState, Store};
+use sluice::model::{DeliveryFilter, DeliveryState};
+use sluice::store::Store;
 use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, eventually, free_port};
 

@@ -5,8 +5,9 @@
 use sluice_testkit as support;
 
 use sluice::ids::{hash_token, new_id, new_token};
+use sluice::model::Tenant;
+use sluice::store::StoreError;
 use sluice::store::postgres::PostgresStore;
-use sluice::store::{StoreError, Tenant};
 
 fn tenant() -> Tenant {
     Tenant {

@@ -339,7 +339,7 @@ async fn refused_destinations_are_clear_errors_and_never_attempted() {
     // dead-lettered without retrying.
     let rx = receiver::start(Behavior::Fast, false).await.unwrap();
     let now = sluice::clock::now_ms();
-    let endpoint = sluice::store::Endpoint::new(
+    let endpoint = sluice::model::Endpoint::new(
         sluice::ids::new_id("ep"),
         tenant.clone(),
         format!("http://localhost:{}/hook", rx.addr.port()),

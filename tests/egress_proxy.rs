@@ -98,7 +98,7 @@ async fn private_destinations_are_refused_though_the_proxy_resolves_names() {
         ("ep_byname", format!("http://localhost:{port}/hook")),
         ("ep_literal", format!("http://127.0.0.1:{port}/hook")),
     ] {
-        let e = sluice::store::Endpoint::new(
+        let e = sluice::model::Endpoint::new(
             id.into(),
             tenant.clone(),
             url.clone(),

@@ -6,8 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice::admission::fleet::{FleetLanes, FleetRate, FleetSettings};
-use sluice::admission::rate::RateLimit;
 use sluice::dispatcher::Look;
+use sluice::model::RateLimit;
 use sluice_testkit as support;
 use support::{Sluice, eventually, free_port};
 

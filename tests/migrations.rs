@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 
 use sluice::clock::now_ms;
 use sluice::ids::new_id;
+use sluice::model::*;
 use sluice::store::*;
 
 /// Endpoints as schema v1 stored them: (id, event_types JSON, operational).
@@ -57,11 +58,11 @@ async fn check_upgraded(store: SharedStore) {
     assert!(e.oauth2.is_none());
     assert_eq!(e.event_types, ["order.paid", "order.paid"]);
     e.tls.ca_bundle = Some("-----BEGIN CERTIFICATE-----\n...".into());
-    e.tls.client = Some(sluice::delivery::ClientIdentity {
+    e.tls.client = Some(sluice::model::ClientIdentity {
         certificate: "cert".into(),
         key: "key".into(),
     });
-    e.oauth2 = Some(sluice::delivery::oauth2::Credentials {
+    e.oauth2 = Some(sluice::model::Credentials {
         token_url: "https://idp.example.com/token".into(),
         client_id: "sluice".into(),
         client_secret: "secret".into(),
@@ -77,7 +78,7 @@ async fn check_upgraded(store: SharedStore) {
     // clearing it leaves none.
     let mut e = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
     assert_eq!(e.rate_limit, None);
-    e.rate_limit = Some(sluice::admission::rate::RateLimit::try_new(2.5, 7).unwrap());
+    e.rate_limit = Some(sluice::model::RateLimit::try_new(2.5, 7).unwrap());
     store.update_endpoint(&e).await.unwrap();
     let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
     assert_eq!(read.rate_limit, e.rate_limit);

@@ -20,6 +20,7 @@ use sluice::delivery::{
 };
 use sluice::dispatcher::settle_batch;
 use sluice::ids::{hash_token, new_id, new_token};
+use sluice::model::*;
 use sluice::retry::RetrySchedule;
 use sluice::store::*;
 

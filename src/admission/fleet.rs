@@ -29,7 +29,7 @@
 //! An endpoint's rate limit ([`super::rate`]) is one more key, `{prefix}:rate:{endpoint_id}`,
 //! holding its bucket's theoretical arrival time on Redis's clock; [`FleetLanes::try_rate`] runs
 //! one GCRA step in one script. When Redis cannot answer, each process enforces its own share
-//! ([`super::rate::RateLimit::share`]) by its place among the live dispatchers
+//! ([`crate::model::RateLimit::share`]) by its place among the live dispatchers
 //! ([`FleetLanes::rank`]), which the heartbeat also reports.
 //!
 //! While degraded, `try_acquire` answers `Unavailable` at once without touching Redis; the
@@ -46,7 +46,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisError, Script};
 
-use super::rate::RateLimit;
+use crate::model::RateLimit;
 use crate::setting::{Problems, SettingProblem, joined, shown};
 
 /// How often a degraded dispatcher probes Redis for its return (when the heartbeat is longer).
@@ -189,7 +189,7 @@ pub enum FleetRate {
         ahead: Duration,
     },
     /// Redis cannot answer: fall back to this process's share
-    /// ([`crate::admission::rate::RateLimit::share`]).
+    /// ([`crate::model::RateLimit::share`]).
     Unavailable,
 }
 

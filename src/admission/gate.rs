@@ -365,8 +365,8 @@ async fn redis_slot<C: Candidate>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::rate::RateLimit;
     use crate::admission::seats::Seats;
+    use crate::model::RateLimit;
 
     /// An endpoint whose checks pass (as a breaker probe, when `probe`), with a rate limit.
     struct Limited {

@@ -5,7 +5,7 @@
 //! Redis makes the promise exact (one lane, one bucket, shared); without it the parts are fixed
 //! by arithmetic: a lane of `n` slots gives each of `live` dispatchers `n / live`, and one more
 //! to `n % live` of them, turning with the endpoint so no dispatcher takes every odd slot
-//! ([`Peers::part`]); a rate limit gives each its [`super::rate::RateLimit::share`]. The count is
+//! ([`Peers::part`]); a rate limit gives each its [`crate::model::RateLimit::share`]. The count is
 //! the one the scale signal uses: dispatchers whose heartbeat is fresh and not draining. Two
 //! dispatchers may read it a heartbeat apart; for that moment the parts may add up to more.
 

@@ -9,9 +9,9 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::AppState;
-use super::error::Problem;
 use crate::ids::hash_token;
-use crate::store::Tenant;
+use crate::model::Tenant;
+use crate::web::problem::Problem;
 
 /// How long a verified tenant token is trusted before it is checked again (so a rotated or
 /// deleted tenant's old token stops working within this bound).

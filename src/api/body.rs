@@ -7,8 +7,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use super::deadline::BodyTimedOut;
-use super::error::Problem;
+use crate::web::deadline::BodyTimedOut;
+use crate::web::problem::Problem;
 
 /// A JSON request body of type `T`.
 pub struct Body<T>(pub T);

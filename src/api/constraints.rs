@@ -11,8 +11,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::admission::rate::{MAX_BURST, MAX_PER_SECOND, MIN_PER_SECOND};
 use crate::ids;
+use crate::model::{MAX_BURST, MAX_PER_SECOND, MIN_PER_SECOND};
 
 /// What this installation allows, where the document depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +74,7 @@ fn caseless(text: &str) -> String {
 
 /// The header names an endpoint may not set (`check_headers`), in any case.
 fn refused_header_names() -> String {
-    let names: Vec<String> = super::endpoint_checks::REFUSED_HEADERS
+    let names: Vec<String> = super::endpoints::checks::REFUSED_HEADERS
         .iter()
         .map(|n| caseless(n))
         .collect();
@@ -86,7 +86,7 @@ fn body_rules(limits: &Limits) -> Vec<(&'static str, &'static str, Value)> {
     let [connect, read, total] = limits.timeout_caps_ms;
     let url = json!({ "format": "uri", "maxLength": 2048 });
     let headers = json!({
-        "maxProperties": super::endpoint_checks::MAX_HEADERS,
+        "maxProperties": super::endpoints::checks::MAX_HEADERS,
         "propertyNames": { "pattern": HEADER_NAME, "not": { "pattern": refused_header_names() } },
         "additionalProperties": { "type": "string", "maxLength": 4096, "pattern": HEADER_VALUE },
     });

@@ -2,7 +2,7 @@
 //! (an endpoint's subscriptions, the message log's filter): an event type, a prefix pattern
 //! (`order.*`) or `*`.
 
-use super::error::Problem;
+use crate::web::problem::Problem;
 
 /// Validate an event type name.
 pub(crate) fn check_event_type(t: &str) -> Result<(), Problem> {

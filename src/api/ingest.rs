@@ -18,8 +18,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
+use crate::model::{Enqueued, NewMessage};
 use crate::store::deadline::within;
-use crate::store::{Enqueued, NewMessage, SharedStore, StoreError};
+use crate::store::{SharedStore, StoreError};
 
 /// Most messages in one transaction.
 const MAX_BATCH: usize = 512;

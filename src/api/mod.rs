@@ -6,13 +6,7 @@
 pub mod auth;
 mod body;
 pub mod constraints;
-pub mod deadline;
-pub(crate) mod deliveries;
-pub(crate) mod endpoint_actions;
-pub(crate) mod endpoint_checks;
-pub(crate) mod endpoint_tls;
 pub(crate) mod endpoints;
-pub mod error;
 mod event_types;
 pub mod ingest;
 pub(crate) mod messages;
@@ -23,10 +17,8 @@ mod page;
 pub mod panics;
 pub mod portal_links;
 pub mod problems;
-pub(crate) mod redelivery;
 pub(crate) mod scale;
-pub(crate) mod status;
-pub(crate) mod tenant_status;
+mod store_errors;
 pub(crate) mod tenants;
 pub mod time;
 pub(crate) mod views;
@@ -216,7 +208,7 @@ fn documented(metrics: MetricsOn) -> OpenApiRouter<AppState> {
         .routes(routes!(openapi::document))
         .routes(routes!(tenants::create, tenants::list))
         .routes(routes!(tenants::get, tenants::update, tenants::delete))
-        .routes(routes!(tenant_status::status))
+        .routes(routes!(tenants::status::status))
         .routes(routes!(tenants::rotate_token))
         .routes(routes!(endpoints::create, endpoints::list))
         .routes(routes!(
@@ -224,25 +216,25 @@ fn documented(metrics: MetricsOn) -> OpenApiRouter<AppState> {
             endpoints::update,
             endpoints::delete
         ))
-        .routes(routes!(endpoint_actions::enable))
-        .routes(routes!(endpoint_actions::disable))
-        .routes(routes!(endpoint_actions::rotate_secret))
-        .routes(routes!(endpoint_tls::rotate_client_certificate))
-        .routes(routes!(endpoint_actions::events))
-        .routes(routes!(status::status))
-        .routes(routes!(deliveries::by_endpoint))
-        .routes(routes!(deliveries::endpoint_attempts))
-        .routes(routes!(redelivery::replay_endpoint))
-        .routes(routes!(redelivery::recover))
+        .routes(routes!(endpoints::actions::enable))
+        .routes(routes!(endpoints::actions::disable))
+        .routes(routes!(endpoints::actions::rotate_secret))
+        .routes(routes!(endpoints::tls::rotate_client_certificate))
+        .routes(routes!(endpoints::actions::events))
+        .routes(routes!(endpoints::status::status))
+        .routes(routes!(messages::deliveries::by_endpoint))
+        .routes(routes!(messages::deliveries::endpoint_attempts))
+        .routes(routes!(messages::redelivery::replay_endpoint))
+        .routes(routes!(messages::redelivery::recover))
         .routes(routes!(messages::create, messages::list))
         .routes(routes!(messages::get))
-        .routes(routes!(deliveries::by_message))
-        .routes(routes!(deliveries::message_attempts))
-        .routes(routes!(deliveries::get))
-        .routes(routes!(deliveries::attempts))
-        .routes(routes!(redelivery::replay_one))
-        .routes(routes!(redelivery::resend))
-        .routes(routes!(redelivery::dead_letters))
+        .routes(routes!(messages::deliveries::by_message))
+        .routes(routes!(messages::deliveries::message_attempts))
+        .routes(routes!(messages::deliveries::get))
+        .routes(routes!(messages::deliveries::attempts))
+        .routes(routes!(messages::redelivery::replay_one))
+        .routes(routes!(messages::redelivery::resend))
+        .routes(routes!(messages::redelivery::dead_letters))
         .routes(routes!(scale::get))
         .routes(routes!(portal_links::create))
         .routes(routes!(

@@ -10,10 +10,10 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::auth::Admin;
-use super::error::Problem;
 use crate::metrics::endpoints::BREAKER_STATES;
 use crate::metrics::{EndpointGauges, StateLabel, TenantLabel};
-use crate::store::DeliveryState;
+use crate::model::DeliveryState;
+use crate::web::problem::Problem;
 
 /// `GET /healthz`: the process is up.
 #[utoipa::path(get, path = "/healthz", operation_id = "getHealth", tag = "operations",

@@ -12,13 +12,13 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoint_checks::check_destination;
+use super::endpoints::checks::check_destination;
 use super::endpoints::new_endpoint;
-use super::error::{ApiResult, Problem};
 use super::views::{EndpointOut, check_text};
 use super::{AppState, Body};
 use crate::notify::*;
 use crate::store::StoreError;
+use crate::web::problem::{ApiResult, Problem};
 
 /// `PUT /v1/operational-webhook`
 #[derive(Debug, Deserialize, ToSchema)]

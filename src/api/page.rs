@@ -7,8 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::Problem;
 use super::views::StateParam;
+use crate::web::problem::Problem;
 
 /// Largest page.
 pub(super) const MAX_LIMIT: u32 = 500;

@@ -11,8 +11,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use tower_http::catch_panic::CatchPanicLayer;
 
-use super::error::Problem;
 use crate::metrics::Metrics;
+use crate::web::problem::Problem;
 
 /// The text a panic was raised with (`panic!("…")` carries a `&str` or a `String`).
 fn message(panic: &(dyn Any + Send)) -> &str {

@@ -17,10 +17,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::{Admin, TenantAuth};
-use super::error::{ApiResult, Problem};
 use super::{AppState, Body};
 use crate::ids::{hash_token, random_hex, token_fingerprint};
-use crate::store::Tenant;
+use crate::model::Tenant;
+use crate::web::problem::{ApiResult, Problem};
 
 /// Link rows: `console_link:{expiry ms, 13 digits}:{SHA-256 hex of the token}`.
 pub const LINK_PREFIX: &str = "console_link:";

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::error::Problem;
+use crate::web::problem::Problem;
 
 /// Longest plain-text error body kept as the problem's detail, bytes.
 const MAX_DETAIL_BYTES: usize = 1024;

@@ -10,12 +10,12 @@ use utoipa::IntoParams;
 
 use super::AppState;
 use super::auth::Admin;
-use super::error::{ApiResult, Problem};
 use super::page::Q;
+use crate::model::QueueStats;
 use crate::sizing::ScalingPolicy;
 use crate::sizing::fleet::FleetLoad;
 use crate::sizing::signal::{ScaleSignal, max_oldest_ready_age_s, scale_signal};
-use crate::store::QueueStats;
+use crate::web::problem::{ApiResult, Problem};
 
 /// Query of `GET /v1/scale`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -83,9 +83,10 @@ pub(crate) fn signal_from(
 #[utoipa::path(get, path = "/v1/scale", operation_id = "getScaleSignal", tag = "operations", params(ScaleQuery),
     security(("admin" = [])),
     responses((status = 200, body = ScaleSignal, description = "the scaling signal"),
-        (status = "4XX", body = super::error::Problem,
+        (status = "4XX", body = crate::web::problem::Problem,
             content_type = "application/problem+json"),
-        (status = 503, body = super::error::Problem, content_type = "application/problem+json",
+        (status = 503, body = crate::web::problem::Problem,
+            content_type = "application/problem+json",
             description = "The database did not answer within the store deadline")))]
 pub(crate) async fn get(
     State(state): State<AppState>,

@@ -9,7 +9,7 @@ use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::error::Problem;
+use crate::web::problem::Problem;
 
 /// An instant, serialised as an RFC 3339 date-time string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

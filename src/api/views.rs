@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::error::Problem;
 use super::time::Timestamp;
-use crate::delivery::oauth2::{ClientAuth, Credentials};
-use crate::delivery::pem;
 use crate::ids;
-use crate::signing::{Scheme, SigningKey, scheme_of};
-use crate::store::{
-    AttemptView, DeliveryOrder, DeliveryState, DeliveryView, Endpoint, EndpointEvent, EndpointTls,
+use crate::model::{
+    AttemptView, ClientAuth, Credentials, DeliveryOrder, DeliveryState, DeliveryView, Endpoint,
+    EndpointEvent, EndpointTls,
 };
+use crate::pem;
+use crate::signing::{Scheme, SigningKey, scheme_of};
+use crate::web::problem::Problem;
 
 /// Does `id` look like one of our ids (`ep_…`, `msg_…`)? Anything else cannot exist, so it is a
 /// 404 without a trip to the store (and odd bytes never reach SQL).

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use super::Console;
 use super::page::ConsoleError;
 use super::session;
-use crate::api::deadline::BodyTimedOut;
+use crate::web::deadline::BodyTimedOut;
 
 /// Largest form body accepted, bytes.
 const MAX_FORM_BYTES: usize = 64 * 1024;

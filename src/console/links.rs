@@ -17,7 +17,7 @@ use super::page::{ConsoleError, Nav, csrf_field, layout};
 use super::session::{self, Principal};
 use crate::api::portal_links::{link_expiry, link_key};
 use crate::ids::token_fingerprint;
-use crate::store::Tenant;
+use crate::model::Tenant;
 
 /// The stored tenant of a usable link.
 async fn tenant_of_link(console: &Console, token: &str) -> Result<Tenant, ConsoleError> {

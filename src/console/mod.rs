@@ -4,9 +4,9 @@
 //! as SVG on the server; the few scripts only enhance.
 //!
 //! The console never reaches into the dispatcher: evidence comes from
-//! [`crate::api::status`]'s `endpoint_status`, changes go through the same functions as the JSON
-//! routes (so validation and the egress guard are shared, not copied), and everything else is
-//! read through the [`crate::store::Store`] trait and this process's metrics.
+//! [`crate::api::endpoints::status`]'s `endpoint_status`, changes go through the same functions
+//! as the JSON routes (so validation and the egress guard are shared, not copied), and
+//! everything else is read through the [`crate::store::Store`] trait and this process's metrics.
 //!
 //! # Layout
 //! - [`session`]: the cookie-signing key, signed session cookies backed by session rows in the

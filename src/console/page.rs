@@ -8,9 +8,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{DOCTYPE, Markup, html};
 
-use crate::api::error::Problem;
 use crate::stats::{format_duration, format_rate};
 use crate::store::StoreError;
+use crate::web::problem::Problem;
 
 /// Which navigation a page carries.
 pub enum Nav<'a> {

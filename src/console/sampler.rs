@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
+use crate::model::Heartbeat;
 use crate::plan::Scrape;
 use crate::sizing::fleet::{FleetRates, HostShares};
-use crate::store::{Heartbeat, SharedStore};
+use crate::store::SharedStore;
 
 /// Time between readings.
 pub const INTERVAL: Duration = Duration::from_secs(10);
@@ -191,8 +192,8 @@ mod tests {
             arrivals_per_s: 0.0,
             mean_service_s: 0.0,
             draining: false,
-            tally: crate::store::Tally::default(),
-            host_seconds: crate::store::HostSeconds {
+            tally: crate::model::Tally::default(),
+            host_seconds: crate::model::HostSeconds {
                 hosts: hosts.iter().map(|(h, s)| ((*h).to_owned(), *s)).collect(),
                 other: 0.0,
             },
@@ -227,7 +228,7 @@ mod tests {
     fn fleet_rates_need_heartbeats_in_both_readings() {
         let t0 = Instant::now();
         let beat = |at_ms, delivered| Heartbeat {
-            tally: crate::store::Tally {
+            tally: crate::model::Tally {
                 delivered,
                 ..Default::default()
             },

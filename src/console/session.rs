@@ -25,7 +25,8 @@ use sha2::{Digest, Sha256};
 use super::Console;
 use super::page::ConsoleError;
 use crate::ids::{hash_token, random_hex, token_fingerprint};
-use crate::store::{Store, StoreError, StoreResult, Tenant, purge_expired};
+use crate::model::Tenant;
+use crate::store::{Store, StoreError, StoreResult, purge_expired};
 
 /// The store setting holding a generated cookie-signing key.
 pub const KEY_SETTING: &str = "console_cookie_key";

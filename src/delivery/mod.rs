@@ -11,7 +11,6 @@
 mod clients;
 pub mod oauth2;
 mod outcome;
-pub mod pem;
 mod record;
 pub mod timing;
 pub mod tls;
@@ -21,12 +20,13 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 
 use crate::egress::EgressError;
+use crate::model::Credentials;
 use crate::signing::SigningKey;
 
 pub use clients::Clients;
 pub use outcome::{Decision, decide};
 pub use record::{MAX_ERROR_BYTES, attempt_record, storable};
-pub use tls::{ClientIdentity, TlsProfile};
+pub use tls::TlsProfile;
 
 /// Install the process-wide TLS crypto provider (ring) once; safe to call repeatedly.
 pub fn install_tls_provider() {
@@ -54,7 +54,7 @@ pub struct Target {
     /// overlap: presented when the receiver refuses the current one.
     pub previous_tls: Option<TlsProfile>,
     /// OAuth2 client credentials: a bearer token is fetched and sent with every attempt.
-    pub oauth2: Option<oauth2::Credentials>,
+    pub oauth2: Option<Credentials>,
 }
 
 /// Timeouts of one attempt.

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use super::{ErrorKind, Failure, MAX_ERROR_BYTES, Response, storable};
 use crate::admission::governor::Observation;
+use crate::model::SettleOutcome;
 use crate::retry::{RetrySchedule, clamp_retry_after};
 use crate::stats::AttemptKind;
-use crate::store::SettleOutcome;
 
 /// The consequences of one attempt.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,7 @@
 use std::fmt::Write;
 
 use super::{Report, Response};
-use crate::store::AttemptRecord;
+use crate::model::AttemptRecord;
 
 /// Longest failure message kept, in bytes (error chains name hosts and causes; a few hundred
 /// bytes is typical).

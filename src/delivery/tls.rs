@@ -9,27 +9,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{AlertDescription, CertificateError, RootCertStore};
 
 use super::ErrorKind;
-use super::pem::{self, MAX_PEM_BYTES, certificates_pem, key_pem, parse_certificates};
 use super::timing::TimedSessionStore;
-
-/// A client certificate chain and its private key, both PEM: what sluice presents to an
-/// endpoint that asks for one.
-#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ClientIdentity {
-    /// The certificate, then any intermediates, PEM.
-    pub certificate: String,
-    /// The private key (PKCS#8, PKCS#1 or SEC1), PEM: a secret, never shown.
-    pub key: String,
-}
-
-impl std::fmt::Debug for ClientIdentity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientIdentity")
-            .field("certificate", &self.certificate.len())
-            .field("key", &"<hidden>")
-            .finish()
-    }
-}
+use crate::model::ClientIdentity;
+use crate::pem::{
+    self, MAX_PEM_BYTES, certificates_pem, key_pem, parse_ca_bundle, parse_certificates,
+};
 
 /// One distinct TLS setting of an attempt: the extra CAs trusted and the client identity
 /// presented. Attempts with equal settings share one HTTP client and its keep-alive pool.
@@ -128,18 +112,6 @@ pub fn canonical_identity(identity: &ClientIdentity) -> Result<ClientIdentity, I
         certificate: certificates_pem(&chain),
         key: key_pem(&key),
     })
-}
-
-/// The CA certificates of a PEM bundle, each checked to be usable as a trust anchor.
-pub fn parse_ca_bundle(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = parse_certificates(pem)?;
-    for (i, cert) in certs.iter().enumerate() {
-        let mut store = RootCertStore::empty();
-        store
-            .add(cert.clone())
-            .map_err(|e| format!("certificate {} cannot be a trusted CA: {e}", i + 1))?;
-    }
-    Ok(certs)
 }
 
 /// A client identity ready for rustls: its chain and key, checked to belong together.

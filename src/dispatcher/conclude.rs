@@ -130,8 +130,8 @@ mod tests {
     use super::*;
     use crate::admission::breaker::{Breaker, BreakerSettings};
     use crate::admission::governor::{GovernorState, Observation};
+    use crate::model::SettleOutcome;
     use crate::stats::Window;
-    use crate::store::SettleOutcome;
 
     fn state(now: Instant) -> EndpointState {
         let settings = DispatchSettings::default();

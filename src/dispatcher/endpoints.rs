@@ -15,9 +15,10 @@ use crate::admission::governor::{self, GovernorState};
 use crate::admission::lane::Lane;
 use crate::admission::rate::Turns;
 use crate::delivery::{AttemptTimeouts, Target, TlsProfile};
+use crate::model::{Endpoint, EndpointTls};
 use crate::signing::SigningKey;
 use crate::stats::Window;
-use crate::store::{Endpoint, EndpointTls, SharedStore, StoreError};
+use crate::store::{SharedStore, StoreError};
 
 /// How long a loaded endpoint configuration is trusted before it is read again.
 const CONFIG_TTL: Duration = Duration::from_secs(5);
@@ -592,8 +593,8 @@ fn spin(id: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Endpoint, Tenant};
     use crate::store::sqlite::{SqliteOptions, SqliteStore};
-    use crate::store::{Endpoint, Tenant};
 
     async fn registry() -> (Endpoints, String, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();

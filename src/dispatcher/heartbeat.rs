@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Ctx, Look};
 use crate::metrics::Count;
-use crate::store::{Heartbeat, HostSeconds, Tally};
+use crate::model::{Heartbeat, HostSeconds, Tally};
 
 /// Heartbeats older than this many intervals are deleted by whichever dispatcher beats next.
 pub(super) const PURGE_AFTER_INTERVALS: u32 = 60;

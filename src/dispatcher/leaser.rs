@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Ctx;
+use crate::model::ClaimRequest;
 use crate::retry::Backoff;
-use crate::store::ClaimRequest;
 
 /// Claim batches until drain begins; every delivery a claim returns is handed to a task.
 pub(super) async fn leaser(ctx: Arc<Ctx>) {

@@ -35,7 +35,8 @@ use crate::admission::peers::Peers;
 use crate::delivery::Clients;
 use crate::egress::EgressPolicy;
 use crate::metrics::Metrics;
-use crate::store::{Claimed, SettleOutcome, Settlement, SharedStore};
+use crate::model::{Claimed, SettleOutcome, Settlement};
+use crate::store::SharedStore;
 
 use endpoints::Endpoints;
 pub use settings::{Concurrency, DispatchSettings, parse_concurrency};

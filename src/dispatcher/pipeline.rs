@@ -24,7 +24,8 @@ use crate::admission::seats::Seat;
 use crate::admission::{self, Candidate, FleetCount, Held};
 use crate::delivery::{self, Report};
 use crate::metrics::{Count, ErrorKindLabel, HostLabel, Metrics, PhaseLabel};
-use crate::store::{AttemptRecord, Claimed, SettleOutcome, Settlement, StoreError};
+use crate::model::{AttemptRecord, Claimed, SettleOutcome, Settlement};
+use crate::store::StoreError;
 
 /// Why a delivery was requeued without an attempt: admission turned it away, or the endpoint's
 /// configuration could not be read (the store did not answer in time).

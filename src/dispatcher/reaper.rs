@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Ctx;
-use crate::store::PurgeRequest;
+use crate::model::PurgeRequest;
 
 /// How often the reaper also applies retention.
 const PURGE_INTERVAL: Duration = Duration::from_secs(600);

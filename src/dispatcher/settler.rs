@@ -28,9 +28,10 @@ use super::endpoints::EndpointRuntime;
 use super::pipeline::{Concluded, EndpointWrites};
 use crate::delivery::{MAX_ERROR_BYTES, storable};
 use crate::metrics::{Count, PhaseLabel};
+use crate::model::{EndpointEvent, SettleOutcome, Settlement};
 use crate::notify;
 use crate::retry::Backoff;
-use crate::store::{EndpointEvent, SettleOutcome, Settlement, Store, StoreError, StoreResult};
+use crate::store::{Store, StoreError, StoreResult};
 
 /// Most settlements written in one statement.
 const SETTLE_BATCH: usize = 512;
@@ -351,7 +352,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::store::AttemptRecord;
+    use crate::model::AttemptRecord;
 
     /// A table that applies a part only when it refuses none of it, like one transaction, and
     /// fails the test if a settlement already applied is ever written again.

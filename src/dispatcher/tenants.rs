@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::fairness::{self, SharePolicy};
-use crate::store::{Claimed, TenantCharge};
+use crate::fairness;
+use crate::model::{Claimed, SharePolicy, TenantCharge};
 
 /// What a delivery to an endpoint never attempted here is charged, seconds.
 pub(super) const UNMEASURED_COST: f64 = 0.1;

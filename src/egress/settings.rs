@@ -114,7 +114,7 @@ impl RawEgressSettings {
         let mut s = EgressSettings::default();
         if let Some(path) = &self.ca_file {
             match std::fs::read_to_string(path) {
-                Ok(pem) => match crate::delivery::tls::parse_ca_bundle(&pem) {
+                Ok(pem) => match crate::pem::parse_ca_bundle(&pem) {
                     Ok(certs) => s.extra_roots = certs,
                     Err(e) => errors.push(format!("egress-ca-file: {} {e}", path.display())),
                 },

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ListenerSettings;
-use crate::api::error::Problem;
+use crate::web::problem::Problem;
 
 /// No header clock running.
 const NONE: u64 = u64::MAX;
@@ -85,7 +85,7 @@ impl Activity {
     }
 
     /// A request's head has been read and handed to the service: no deadline of ours applies
-    /// until it is answered (its body has its own, see [`super::deadline`]).
+    /// until it is answered (its body has its own, see [`crate::web::deadline`]).
     pub fn begin_request(self: &Arc<Self>) -> InService {
         self.busy.fetch_add(1, Ordering::AcqRel);
         self.head_started_ms.store(NONE, Ordering::Release);

@@ -10,7 +10,7 @@
 //! - [`connection`]: one connection's header and idle deadlines, and hyper's own errors as
 //!   problem+json.
 //!
-//! The request body's deadline is the API's ([`crate::api::deadline`]): its extractors answer
+//! The request body's deadline is the API's ([`crate::web::deadline`]): its extractors answer
 //! a body that did not arrive in time.
 
 pub mod connection;
@@ -34,9 +34,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-use crate::api::deadline::DeadlineBody;
-use crate::api::error::Problem;
 use crate::metrics::{ListenerLabel, Metrics};
+use crate::web::deadline::DeadlineBody;
+use crate::web::problem::Problem;
 use connection::{Activity, Stop, WatchedIo, watch};
 use slots::{Full, Slots};
 

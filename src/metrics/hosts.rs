@@ -1,6 +1,6 @@
 //! Each destination host's attempt time since this process started, in microseconds: the
 //! cumulative figures a dispatcher's heartbeat carries (see
-//! [`HostSeconds`](crate::store::HostSeconds)) so the console on any process shows the fleet's
+//! [`HostSeconds`](crate::model::HostSeconds)) so the console on any process shows the fleet's
 //! occupancy shares. The same durations feed `delivery_duration_seconds{host}`, whose
 //! histograms cannot be read back; this keeps their sums where the heartbeat can.
 //!
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::store::HostSeconds;
+use crate::model::HostSeconds;
 
 /// How fast a host's recent time fades when the heartbeat ranks the hosts.
 pub const HALF_LIFE: Duration = Duration::from_secs(60);

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::analyse::{EndpointLoad, HostLoad, Measurements};
-use crate::store::{DeliveryFilter, Store, StoreResult};
+use crate::model::DeliveryFilter;
+use crate::store::{Store, StoreResult};
 
 const PAGE: u32 = 500;
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::store::{Heartbeat, HostSeconds, Tally};
+use crate::model::{Heartbeat, HostSeconds, Tally};
 
 /// The fleet's figures from its fresh heartbeats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]

@@ -161,7 +161,7 @@ pub fn scale_signal(
 }
 
 /// The age to feed [`scale_signal`]: the largest per-tenant oldest-ready age, in seconds, from
-/// [`crate::store::QueueStats::oldest_ready_age_ms`]; 0 when no tenant has ready work.
+/// [`crate::model::QueueStats::oldest_ready_age_ms`]; 0 when no tenant has ready work.
 pub fn max_oldest_ready_age_s(oldest_ready_age_ms: &[(String, i64)]) -> f64 {
     oldest_ready_age_ms
         .iter()

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::WindowSnapshot;
 use super::snapshot::opt_secs;
-use crate::admission::rate::RateLimit;
+use crate::model::RateLimit;
 
 /// What the endpoint is doing, the most telling first: it leads the sentence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]

@@ -6,7 +6,6 @@
 
 pub mod deadline;
 pub mod message_log;
-mod model;
 pub mod postgres;
 pub mod sqlite;
 pub mod subscriptions;
@@ -16,8 +15,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
+use crate::model::*;
+
 pub use message_log::MessageFilter;
-pub use model::*;
 
 /// What a store operation can fail with; callers branch on `NotFound`, `Conflict`,
 /// `Unavailable` and `Full`.
@@ -361,6 +361,26 @@ impl SettleRow {
             SettleOutcome::Dead { reason } => row(DeliveryState::Dead, None, Some(reason.clone())),
             SettleOutcome::Release => untouched(now_ms),
         }
+    }
+}
+
+/// For a replay or resend of a delivery now in `state`: the states (as an SQL list) the update
+/// may change, or why it may not happen. The reason names no id: the store knows only the row
+/// number, which is never shown (the caller named the delivery by its public id).
+pub(crate) fn replayable(
+    target: &ReplayTarget,
+    state: DeliveryState,
+) -> Result<&'static str, StoreError> {
+    match (target, state) {
+        (ReplayTarget::Delivery(_), DeliveryState::Dead) => Ok("3"),
+        (ReplayTarget::Delivery(_), other) => Err(StoreError::Conflict(format!(
+            "the delivery is {}, not dead-lettered (resend it instead)",
+            other.name()
+        ))),
+        (ReplayTarget::Resend(_), DeliveryState::Leased) => Err(StoreError::Conflict(
+            "the delivery is being attempted now; resend it once that attempt settles".to_owned(),
+        )),
+        (_, _) => Ok("0, 2, 3"),
     }
 }
 

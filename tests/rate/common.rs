@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sluice::config::Role;
 use sluice::metrics::endpoints::Count;
-use sluice::store::{DeliveryFilter, DeliveryState};
+use sluice::model::{DeliveryFilter, DeliveryState};
 use sluice_testkit as support;
 use sluice_testkit::receiver::{self, Behavior, Receiver};
 use support::Sluice;

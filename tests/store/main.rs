@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use sluice::clock::now_ms;
 use sluice::ids::{hash_token, new_id, new_token};
+use sluice::model::*;
 use sluice::store::*;
 
 mod admin;

@@ -235,7 +235,7 @@ async fn check_endpoints_by_id(store: SharedStore) {
 /// The certificate bytes a tenant's endpoints hold: its CA bundles and client certificates
 /// (the one before a rotation too), never its keys, another tenant's, or the endpoint left out.
 async fn check_tenant_certificate_bytes(store: SharedStore) {
-    use sluice::delivery::ClientIdentity;
+    use sluice::model::ClientIdentity;
     let (a, b) = (tenant(&store).await, tenant(&store).await);
     assert_eq!(store.tenant_certificate_bytes(&a.id, "").await.unwrap(), 0);
     let identity = |certificate: &str| ClientIdentity {

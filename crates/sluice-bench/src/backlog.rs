@@ -8,7 +8,8 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::timeline::{Timeline, now_us};
-use sluice::store::{Endpoint, NewMessage, SharedStore, Tenant};
+use sluice::model::{Endpoint, NewMessage, Tenant};
+use sluice::store::SharedStore;
 
 /// Endpoints and messages written per transaction.
 const BATCH: usize = 2_000;

@@ -415,7 +415,7 @@ pub(crate) async fn burst(
 /// Register `n` endpoints of another tenant straight into the store, subscribed to an event type
 /// nobody sends; returns the seconds it took.
 async fn register(sluice: &Sluice, n: u64) -> anyhow::Result<f64> {
-    use sluice::store::{Endpoint, Tenant};
+    use sluice::model::{Endpoint, Tenant};
     let store = sluice
         .store()
         .context("--registered needs the sluice in this process (not --target)")?;

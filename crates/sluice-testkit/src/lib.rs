@@ -16,7 +16,7 @@
 //! - [`tls`]: a test CA made at test time, its server and client certificates, the server
 //!   configuration of an HTTPS receiver (optionally requiring a client certificate).
 //!
-//! An endpoint row with defaults is the product's own `sluice::store::Endpoint::new`.
+//! An endpoint row with defaults is the product's own `sluice::model::Endpoint::new`.
 
 #![forbid(unsafe_code)]
 

@@ -49,7 +49,7 @@ return 0
 /// `KEYS[1]`: the dispatchers' sorted set. `ARGV[1]`: process id, `ARGV[2]`: entry ttl (ms).
 /// Returns `{live, rank}`: the number of live dispatchers, this one included, and how many of
 /// them have a process id that sorts before this one's (its place in the fleet, which the
-/// rate limits' outage shares need: [`crate::admission::rate::RateLimit::share`]).
+/// rate limits' outage shares need: [`crate::model::RateLimit::share`]).
 pub(super) const HEARTBEAT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -11,16 +11,16 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::Operator;
+use crate::api::endpoints::status::{EndpointStatus, endpoint_status};
 use crate::api::portal_links::{base_url, issue};
-use crate::api::status::{EndpointStatus, endpoint_status};
-use crate::api::tenant_status::{ShareCondition, ShareStatus, share_status};
+use crate::api::tenants::status::{ShareCondition, ShareStatus, share_status};
 use crate::api::tenants::{UpdateTenant, update_share};
 use crate::api::views::{check_id, looks_like_id};
 use crate::console::Console;
 use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
-use crate::store::{Endpoint, Tenant};
+use crate::model::{Endpoint, Tenant};
 
 /// Tenants per page.
 const TENANTS: u32 = 20;

@@ -5,7 +5,7 @@ use maud::{Markup, html};
 
 use super::form::FieldError;
 use super::form::https::area;
-use crate::store::Endpoint;
+use crate::model::Endpoint;
 
 /// The rotation form: a new client certificate and its key (write-only).
 #[derive(Debug, Default, Clone, serde::Deserialize)]
@@ -65,7 +65,7 @@ pub async fn rotate(
 ) -> Result<axum::response::Response, crate::console::page::ConsoleError> {
     use axum::response::IntoResponse;
     let e = super::endpoints::endpoint_of(&console, &portal, &id).await?;
-    let rotated = crate::api::endpoint_tls::rotate_identity(
+    let rotated = crate::api::endpoints::tls::rotate_identity(
         &console.app,
         &portal.tenant.id,
         &e.id,

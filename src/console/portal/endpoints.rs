@@ -10,16 +10,16 @@ use serde::Deserialize;
 
 use super::Portal;
 use super::form::{self, EndpointForm, FieldError, FormContext};
-use crate::api::endpoint_actions::{rotate as rotate_secret, set_enabled};
+use crate::api::endpoints::actions::{rotate as rotate_secret, set_enabled};
+use crate::api::endpoints::status::endpoint_status;
 use crate::api::endpoints::{create_endpoint, delete_endpoint, update_endpoint};
-use crate::api::status::endpoint_status;
 use crate::api::views::check_id;
 use crate::console::Console;
 use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
-use crate::delivery::pem::shown_pem;
-use crate::store::Endpoint;
+use crate::model::Endpoint;
+use crate::pem::shown_pem;
 
 /// Rows per page of the list.
 const PAGE: u32 = 50;

@@ -8,11 +8,11 @@ use maud::{Markup, html};
 
 use super::Portal;
 use super::endpoints::{actions, endpoint_of, state_badge};
-use crate::api::status::{EndpointStatus, endpoint_status};
+use crate::api::endpoints::status::{EndpointStatus, endpoint_status};
 use crate::console::Console;
 use crate::console::charts::{self, Series};
 use crate::console::page::{self, ConsoleError, post_button};
-use crate::store::{AttemptView, DeliveryFilter, DeliveryState};
+use crate::model::{AttemptView, DeliveryFilter, DeliveryState};
 
 /// The charts' span.
 const HOUR_MS: i64 = 3_600_000;

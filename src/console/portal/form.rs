@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use crate::api::endpoints::{CreateEndpoint, RateLimitIn, UpdateEndpoint};
-use crate::api::error::Problem;
+use crate::api::endpoints::checks::RateLimitIn;
+use crate::api::endpoints::{CreateEndpoint, UpdateEndpoint};
 use crate::console::page::csrf_field;
-use crate::store::{DeliveryOrder, Endpoint};
+use crate::model::{DeliveryOrder, Endpoint};
+use crate::web::problem::Problem;
 
 /// The form as submitted (all text; blank means "not set").
 #[derive(Debug, Default, Clone, Deserialize)]

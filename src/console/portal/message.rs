@@ -13,7 +13,7 @@ use crate::api::views::check_id;
 use crate::console::Console;
 use crate::console::page::{self, ConsoleError, post_button};
 use crate::ids;
-use crate::store::{AttemptView, DeliveryState};
+use crate::model::{AttemptView, DeliveryState};
 
 /// Characters of a response body shown.
 const BODY_CHARS: usize = 2_000;

@@ -11,15 +11,16 @@ use serde::Deserialize;
 
 use super::Portal;
 use super::endpoints::endpoint_of;
+use crate::api::messages::redelivery::{redeliver, replay_endpoint_dead};
 use crate::api::messages::{check_event_filter, check_range};
-use crate::api::redelivery::{redeliver, replay_endpoint_dead};
 use crate::api::views::{delivery_id, looks_like_id};
 use crate::console::Console;
 use crate::console::guard::CsrfForm;
 use crate::console::links::Empty;
 use crate::console::page::{self, ConsoleError, csrf_field, post_button};
 use crate::ids;
-use crate::store::{DeliveryFilter, DeliveryState, DeliveryView, MessageFilter, ReplayTarget};
+use crate::model::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
+use crate::store::MessageFilter;
 
 /// Rows per page.
 const PAGE: u32 = 50;

@@ -31,7 +31,7 @@ use maud::Markup;
 use super::Console;
 use super::page::{ConsoleError, Nav, layout};
 use super::session::{self, Principal};
-use crate::store::Tenant;
+use crate::model::Tenant;
 
 /// A request inside a tenant's portal session.
 pub struct Portal {

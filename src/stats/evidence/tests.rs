@@ -280,7 +280,7 @@ fn a_rate_limited_endpoint_says_what_was_asked_what_arrives_and_what_waits() {
     let mut s = snapshot(Some(Duration::from_millis(10)), 190.0);
     s.rate_limited_per_s = 70.0;
     let standing = Standing {
-        rate_limit: Some(crate::admission::rate::RateLimit::try_new(50.0, 100).unwrap()),
+        rate_limit: Some(crate::model::RateLimit::try_new(50.0, 100).unwrap()),
         waiting: Some(12_000),
         ..Standing::default()
     };

@@ -4,7 +4,8 @@
 use rusqlite::{Connection, params};
 
 use super::db;
-use crate::store::{Heartbeat, HostSeconds, StoreResult, Tally};
+use crate::model::{Heartbeat, HostSeconds, Tally};
+use crate::store::StoreResult;
 
 const UPSERT: &str = "INSERT INTO dispatchers (id, started_at_ms, beat_at_ms, in_flight, \
      concurrency, capacity, arrivals_per_s, mean_service_s, draining, delivered, failed, shed, \

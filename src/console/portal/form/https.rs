@@ -5,10 +5,9 @@
 use maud::{Markup, html};
 
 use super::{EndpointForm, FieldError};
-use crate::api::endpoint_tls::OAuth2In;
-use crate::delivery::oauth2::ClientAuth;
-use crate::delivery::pem::shown_pem;
-use crate::store::Endpoint;
+use crate::api::endpoints::tls::OAuth2In;
+use crate::model::{ClientAuth, Endpoint};
+use crate::pem::shown_pem;
 
 /// The section's fields, as the form holds them (blank: not set).
 pub const FIELDS: [&str; 10] = [

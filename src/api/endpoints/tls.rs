@@ -10,16 +10,14 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::AppState;
-use super::auth::TenantAuth;
-use super::endpoint_actions::record;
-use super::endpoint_checks::check_destination_of;
-use super::error::{ApiResult, Problem};
-use super::views::{EndpointOut, check_id};
-use crate::delivery::ClientIdentity;
-use crate::delivery::oauth2::{ClientAuth, Credentials};
+use super::actions::record;
+use super::checks::check_destination_of;
+use crate::api::AppState;
+use crate::api::auth::TenantAuth;
+use crate::api::views::{EndpointOut, check_id};
 use crate::delivery::tls::{self, IdentityError};
-use crate::store::{Endpoint, EndpointTls};
+use crate::model::{ClientAuth, ClientIdentity, Credentials, Endpoint, EndpointTls};
+use crate::web::problem::{ApiResult, Problem};
 
 /// Most bytes of certificates (CA bundles and client certificates, as kept) one tenant's
 /// endpoints hold between them: what bounds the PEM a page of endpoints reads and a
@@ -212,7 +210,7 @@ pub(crate) async fn rotate_client_certificate(
     State(state): State<AppState>,
     TenantAuth(tenant): TenantAuth,
     Path(id): Path<String>,
-    super::Body(req): super::Body<RotateClientCertificate>,
+    crate::api::Body(req): crate::api::Body<RotateClientCertificate>,
 ) -> ApiResult<Json<EndpointOut>> {
     let e = rotate_identity(
         &state,

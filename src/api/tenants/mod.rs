@@ -1,5 +1,7 @@
 //! Tenants (operator only): create, list, get, delete with all their data, rotate the token.
 
+pub(crate) mod status;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -7,13 +9,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::auth::Admin;
-use super::error::{ApiResult, Problem};
 use super::page::{Page, PageQuery, Q};
 use super::time::Timestamp;
 use super::views::{check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{SharePolicy, Tenant};
+use crate::model::{SharePolicy, Tenant};
+use crate::web::problem::{ApiResult, Problem};
 
 /// `POST /v1/tenants`
 #[derive(Debug, Deserialize, ToSchema)]
@@ -23,7 +25,7 @@ pub(super) struct CreateTenant {
     pub name: String,
     /// Its share of the pool while tenants compete, relative to the others' weights, 1–1000
     /// (default: the process's `--tenant-weight`, 1).
-    #[serde(default, deserialize_with = "super::whole::option")]
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub weight: Option<u32>,
     /// The largest share of the pool it may hold at any moment, above 0 and at most 1
     /// (default: the process's `--tenant-max-share`, 1: no ceiling).
@@ -36,7 +38,7 @@ pub(super) struct CreateTenant {
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateTenant {
     /// 1–1000, or `null` for the default.
-    #[serde(default, deserialize_with = "super::whole::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub weight: Option<Option<u32>>,
     /// Above 0 and at most 1, or `null` for the default.

@@ -6,13 +6,13 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
-use super::AppState;
-use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
-use super::page::{MAX_LIMIT, Page, Q};
-use super::views::{EndpointOut, EventOut, check_id, check_text};
+use crate::api::AppState;
+use crate::api::auth::TenantAuth;
+use crate::api::page::{MAX_LIMIT, Page, Q};
+use crate::api::views::{EndpointOut, EventOut, check_id, check_text};
+use crate::model::{Endpoint, EndpointEvent};
 use crate::signing::{Scheme, SigningKey, scheme_of};
-use crate::store::{Endpoint, EndpointEvent};
+use crate::web::problem::{ApiResult, Problem};
 
 /// `POST /v1/endpoints/{id}/disable`: an optional reason.
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -48,7 +48,7 @@ fn optional_body<T: serde::de::DeserializeOwned>(raw: &[u8]) -> Result<Option<T>
     if raw.is_empty() || raw.trim_ascii() == b"null" {
         return Ok(None);
     }
-    super::body::parse(raw).map(Some)
+    crate::api::body::parse(raw).map(Some)
 }
 
 /// Record an endpoint event; a failure to record never fails the request that caused it.

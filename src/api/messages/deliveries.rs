@@ -6,13 +6,13 @@ use axum::extract::{Path, State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::AppState;
-use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
-use super::page::{DeliveryQuery, Page, PageQuery, Q};
-use super::views::{AttemptOut, DeliveryOut, check_id, delivery_id};
+use crate::api::AppState;
+use crate::api::auth::TenantAuth;
+use crate::api::page::{DeliveryQuery, Page, PageQuery, Q};
+use crate::api::views::{AttemptOut, DeliveryOut, check_id, delivery_id};
 use crate::ids;
-use crate::store::{DeliveryFilter, DeliveryState, DeliveryView};
+use crate::model::{DeliveryFilter, DeliveryState, DeliveryView};
+use crate::web::problem::{ApiResult, Problem};
 
 /// A delivery with its attempts.
 #[derive(Debug, Serialize, ToSchema)]

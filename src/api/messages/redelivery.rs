@@ -9,16 +9,16 @@ use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::TenantAuth;
 use super::deliveries::{find_delivery, page};
-use super::endpoint_actions::record;
-use super::error::{ApiResult, Problem};
-use super::page::{Page, PageQuery, Q};
-use super::time::parse_instant;
-use super::views::{DeliveryOut, check_id, delivery_id};
-use super::{AppState, Body};
+use crate::api::auth::TenantAuth;
+use crate::api::endpoints::actions::record;
+use crate::api::page::{Page, PageQuery, Q};
+use crate::api::time::parse_instant;
+use crate::api::views::{DeliveryOut, check_id, delivery_id};
+use crate::api::{AppState, Body};
 use crate::ids;
-use crate::store::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
+use crate::model::{DeliveryFilter, DeliveryState, DeliveryView, ReplayTarget};
+use crate::web::problem::{ApiResult, Problem};
 
 /// The answer to a replay.
 #[derive(Debug, Serialize, ToSchema)]

@@ -1,16 +1,16 @@
 //! What an endpoint's settings must be before they are stored: a destination the egress guard
 //! lets through, limits within their ranges and the operator's caps, and headers that cannot
-//! break or impersonate the delivery (its event-type filters: [`super::event_types`]).
+//! break or impersonate the delivery (its event-type filters: [`crate::api::event_types`]).
 
 use std::collections::BTreeMap;
 
 use axum::http::{HeaderName, HeaderValue};
+use serde::Deserialize;
+use utoipa::ToSchema;
 
-use super::AppState;
-use super::endpoints::RateLimitIn;
-use super::error::Problem;
-use crate::admission::rate::RateLimit;
-use crate::store::Endpoint;
+use crate::api::AppState;
+use crate::model::{Endpoint, RateLimit};
+use crate::web::problem::Problem;
 
 /// Most headers an endpoint may add.
 pub(crate) const MAX_HEADERS: usize = 32;
@@ -207,6 +207,19 @@ pub(crate) fn check_limits(
     Ok(())
 }
 
+/// An endpoint's rate limit as given: events per second, with a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitIn {
+    /// Events per second on average, fleet-wide: 0.01–100000 (fractions allowed: 0.5 is one
+    /// every two seconds).
+    pub per_second: f64,
+    /// Events that may go at once after a quiet spell: 1–100000. Omitted: one second's worth
+    /// (`per_second` rounded up).
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
+    pub burst: Option<u32>,
+}
+
 /// A rate limit within its ranges; a problem names `rate_limit.per_second` or
 /// `rate_limit.burst`. A burst left out is one second's worth of the rate.
 pub(crate) fn check_rate_limit(given: RateLimitIn) -> Result<RateLimit, Problem> {
@@ -214,7 +227,7 @@ pub(crate) fn check_rate_limit(given: RateLimitIn) -> Result<RateLimit, Problem>
         // Rounded up, at least one; a rate out of range is refused below, on its own field.
         let second = given.per_second.ceil();
         if second.is_finite() && second >= 1.0 {
-            second.min(f64::from(crate::admission::rate::MAX_BURST)) as u32
+            second.min(f64::from(crate::model::MAX_BURST)) as u32
         } else {
             1
         }

@@ -1,6 +1,9 @@
 //! Messages: create (idempotent with `Idempotency-Key`, answered after commit), get, and the
 //! message log (filtered by event type, arrival time, endpoint and delivery state).
 
+pub(crate) mod deliveries;
+pub(crate) mod redelivery;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -9,14 +12,15 @@ use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
 use super::event_types::{check_event_type, check_event_types};
 use super::page::{Page, PageQuery, Q};
 use super::time::{Timestamp, parse_instant};
 use super::views::{DeliveryOut, StateParam, check_id};
 use super::{AppState, Body};
 use crate::ids;
-use crate::store::{DeliveryState, MessageFilter, MessageSummary, NewMessage};
+use crate::model::{DeliveryState, MessageSummary, NewMessage};
+use crate::store::MessageFilter;
+use crate::web::problem::{ApiResult, Problem};
 
 /// `POST /v1/messages`
 #[derive(Debug, Deserialize, ToSchema)]

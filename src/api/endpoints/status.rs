@@ -10,16 +10,16 @@ use axum::extract::{Path, State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::AppState;
-use super::auth::TenantAuth;
-use super::error::{ApiResult, Problem};
-use super::tenant_status::ShareStatus;
-use super::time::Timestamp;
-use super::views::check_id;
+use crate::api::AppState;
+use crate::api::auth::TenantAuth;
+use crate::api::tenants::status::ShareStatus;
+use crate::api::time::Timestamp;
+use crate::api::views::check_id;
 use crate::dispatcher::{EndpointView, LaneBasis, Look};
+use crate::model::{AttemptView, Endpoint};
 use crate::stats::window::DEFAULT_WINDOW;
 use crate::stats::{AttemptKind, Condition, FailureCounts, Standing, WindowSnapshot, evidence};
-use crate::store::{AttemptView, Endpoint};
+use crate::web::problem::{ApiResult, Problem};
 
 /// Most attempts read from the store for the fallback figures.
 const STORE_SAMPLE: u32 = 10_000;
@@ -97,7 +97,7 @@ pub struct EndpointStatus {
     pub sentence: String,
     /// The account's share of the pool: whether its deliveries wait for their turn beside other
     /// accounts' (`condition: held`), with the figures. It names no other account.
-    pub account_share: super::tenant_status::ShareStatus,
+    pub account_share: crate::api::tenants::status::ShareStatus,
     /// For a FIFO endpoint: the delivery everything else waits behind, and how many wait
     /// (null for an unordered endpoint).
     pub fifo: Option<FifoStatus>,
@@ -123,7 +123,7 @@ pub struct FifoHead {
     /// Its message.
     pub message_id: String,
     /// `ready` (waiting for its turn or its retry) or `leased` (being attempted).
-    pub state: super::views::StateParam,
+    pub state: crate::api::views::StateParam,
     /// Attempts made so far.
     pub attempts: u32,
     /// When it is (or was) next due.
@@ -157,7 +157,7 @@ async fn fifo_status(state: &AppState, id: &str) -> FifoStatus {
     let waiting = state.store.endpoint_waiting(id).await.unwrap_or(0);
     // The ready count includes the head unless it is in flight.
     let behind = match &head {
-        Some(h) if h.state == crate::store::DeliveryState::Ready => waiting.saturating_sub(1),
+        Some(h) if h.state == crate::model::DeliveryState::Ready => waiting.saturating_sub(1),
         _ => waiting,
     };
     let failing = head
@@ -188,7 +188,7 @@ pub(crate) async fn endpoint_status(
     check_id("endpoint", id)?;
     let endpoint = state.store.endpoint(Some(tenant), id).await?;
     let policy = state.store.tenant(tenant).await?.share;
-    let share = super::tenant_status::share_status(state, tenant, policy).await?;
+    let share = crate::api::tenants::status::share_status(state, tenant, policy).await?;
     // Counted only where a rate limit may be holding deliveries back: the sentence says how many
     // wait. A store that does not answer leaves the count out, not the evidence.
     let waiting = match endpoint.rate_limit {
@@ -220,7 +220,7 @@ pub(crate) async fn endpoint_status(
             head.message_id, head.attempts, out.sentence
         );
     }
-    if out.account_share.condition == super::tenant_status::ShareCondition::Held {
+    if out.account_share.condition == crate::api::tenants::status::ShareCondition::Held {
         out.sentence = format!(
             "{}; your account's deliveries are {}",
             out.sentence, out.account_share.sentence

@@ -1,4 +1,9 @@
-//! Endpoints: create (checked by [`super::endpoint_checks`]), list, get, update, delete.
+//! Endpoints: create (checked by [`checks`]), list, get, update, delete.
+
+pub(crate) mod actions;
+pub(crate) mod checks;
+pub(crate) mod status;
+pub(crate) mod tls;
 
 use std::collections::BTreeMap;
 
@@ -9,33 +14,22 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::auth::TenantAuth;
-use super::endpoint_checks::{
-    check_destination, check_headers, check_limits, check_one_authorization, check_rate_limit,
-};
-use super::endpoint_tls::{
-    OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
-};
-use super::error::{ApiResult, Problem};
 use super::event_types::check_event_types;
 use super::page::{Page, PageQuery, Q};
 use super::views::{EndpointOut, check_id, check_text};
 use super::{AppState, Body};
 use crate::ids;
+use crate::model::{DeliveryOrder, Endpoint};
 use crate::signing::{Scheme, SigningKey};
-use crate::store::{DeliveryOrder, Endpoint};
+use crate::web::problem::{ApiResult, Problem};
 
-/// An endpoint's rate limit as given: events per second, with a burst.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimitIn {
-    /// Events per second on average, fleet-wide: 0.01–100000 (fractions allowed: 0.5 is one
-    /// every two seconds).
-    pub per_second: f64,
-    /// Events that may go at once after a quiet spell: 1–100000. Omitted: one second's worth
-    /// (`per_second` rounded up).
-    #[serde(default, deserialize_with = "super::whole::option")]
-    pub burst: Option<u32>,
-}
+use checks::{
+    RateLimitIn, check_destination, check_headers, check_limits, check_one_authorization,
+    check_rate_limit,
+};
+use tls::{
+    OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
+};
 
 /// `POST /v1/endpoints`
 #[derive(Debug, Default, Deserialize, ToSchema)]
@@ -58,19 +52,19 @@ pub struct CreateEndpoint {
     #[serde(default)]
     pub signature_scheme: Scheme,
     /// Lane size override, 1–10000 (clamped by the fairness ceiling).
-    #[serde(default, deserialize_with = "super::whole::option")]
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub lane_size: Option<u32>,
     /// Latency breaker ceiling in milliseconds, 100–3600000.
-    #[serde(default, deserialize_with = "super::whole::option")]
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub latency_ceiling_ms: Option<u32>,
     /// Connect timeout override, milliseconds (within the operator's cap).
-    #[serde(default, deserialize_with = "super::whole::option")]
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub connect_timeout_ms: Option<u32>,
     /// Read timeout override, milliseconds.
-    #[serde(default, deserialize_with = "super::whole::option")]
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub read_timeout_ms: Option<u32>,
     /// Total deadline override, milliseconds.
-    #[serde(default, deserialize_with = "super::whole::option")]
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub total_timeout_ms: Option<u32>,
     /// CA certificates (PEM) trusted for this endpoint beside the operator's and the
     /// system's: for a receiver whose certificate a private CA signed.
@@ -109,23 +103,23 @@ pub struct UpdateEndpoint {
     /// Enable or disable.
     pub enabled: Option<bool>,
     /// Lane override (`null` clears).
-    #[serde(default, deserialize_with = "super::whole::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub lane_size: Option<Option<u32>>,
     /// Latency ceiling (`null` clears).
-    #[serde(default, deserialize_with = "super::whole::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub latency_ceiling_ms: Option<Option<u32>>,
     /// Connect timeout (`null` clears).
-    #[serde(default, deserialize_with = "super::whole::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub connect_timeout_ms: Option<Option<u32>>,
     /// Read timeout (`null` clears).
-    #[serde(default, deserialize_with = "super::whole::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub read_timeout_ms: Option<Option<u32>>,
     /// Total deadline (`null` clears).
-    #[serde(default, deserialize_with = "super::whole::double_option")]
+    #[serde(default, deserialize_with = "crate::api::whole::double_option")]
     #[schema(value_type = Option<u32>)]
     pub total_timeout_ms: Option<Option<u32>>,
     /// The client certificate presented (PEM, with `tls_client_key`; `null` with it removes

@@ -8,13 +8,13 @@ use axum::extract::{Path, State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::AppState;
-use super::auth::Admin;
-use super::error::{ApiResult, Problem};
-use super::views::check_id;
+use crate::api::AppState;
+use crate::api::auth::Admin;
+use crate::api::views::check_id;
 use crate::dispatcher::TenantView;
 use crate::fairness;
-use crate::store::{SharePolicy, TenantBacklog};
+use crate::model::{SharePolicy, TenantBacklog};
+use crate::web::problem::{ApiResult, Problem};
 
 /// Work that has waited less than this is not "waiting".
 const WAIT_MS: i64 = 1_000;
@@ -73,7 +73,7 @@ pub struct ShareStatus {
         (status = "4XX", body = Problem,
             content_type = "application/problem+json"),
     ))]
-pub(super) async fn status(
+pub(in crate::api) async fn status(
     State(state): State<AppState>,
     _: Admin,
     Path(id): Path<String>,

@@ -3,6 +3,7 @@
 //! the SHA-256 of their DER. What sluice keeps and shows of a PEM field is what this module
 //! writes, never the text it was given.
 
+use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -31,6 +32,18 @@ pub fn parse_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, Str
         return Err(
             "holds PEM sections that are not certificates (only CERTIFICATE is accepted)".into(),
         );
+    }
+    Ok(certs)
+}
+
+/// The CA certificates of a PEM bundle, each checked to be usable as a trust anchor.
+pub fn parse_ca_bundle(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = parse_certificates(pem)?;
+    for (i, cert) in certs.iter().enumerate() {
+        let mut store = RootCertStore::empty();
+        store
+            .add(cert.clone())
+            .map_err(|e| format!("certificate {} cannot be a trusted CA: {e}", i + 1))?;
     }
     Ok(certs)
 }
