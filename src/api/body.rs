@@ -60,15 +60,14 @@ where
 /// Parse JSON, naming the path of the offending field. Every body is an object: serde would
 /// otherwise read an array as a struct's fields in order (`["x",7]` as a tenant).
 pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    let well_formed = || serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
-        return Err(
-            if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() {
-                Problem::unprocessable("body", "the body must be a JSON object")
-            } else {
-                Problem::bad_request("body", "malformed JSON: the body must be a JSON object")
-            },
-        );
+        return Err(if well_formed() {
+            Problem::unprocessable("body", "the body must be a JSON object")
+        } else {
+            Problem::bad_request("body", "malformed JSON: the body must be a JSON object")
+        });
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -76,7 +75,6 @@ pub(super) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
         let inner = e.into_inner();
         // serde_json reports a value of the wrong kind where an enum belongs (a number for
         // `signature_scheme`) as a syntax error; well-formed JSON is a 422 on the field.
-        let well_formed = || serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
         if (inner.is_syntax() || inner.is_eof()) && !well_formed() {
             Problem::bad_request("body", format!("malformed JSON: {inner}"))
         } else if inner.is_syntax() {

@@ -392,12 +392,8 @@ impl Clients {
         let mut request = client.post(r.target.url.clone());
         // The endpoint's headers first: sluice's own come after and cannot be overridden (the
         // API refuses the names anyway), except `User-Agent`, which the endpoint's replaces so
-        // that one goes out, not two. A bearer token replaces an `Authorization` of the
-        // endpoint's (the API refuses the pair; a row stored before it did still sends one).
+        // that one goes out, not two.
         for (name, value) in &r.target.headers {
-            if bearer.is_some() && name == AUTHORIZATION {
-                continue;
-            }
             request = request.header(name, value);
         }
         if !r.target.headers.iter().any(|(name, _)| name == USER_AGENT) {

@@ -509,7 +509,14 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         secrets.push(secret);
     }
     let mut headers = Vec::with_capacity(e.headers.len());
-    for (name, value) in &e.headers {
+    // A bearer token is the `Authorization` of an endpoint with OAuth2: the API refuses a
+    // header of that name beside it; a row stored before it did keeps only the token.
+    let bearer = e.oauth2.is_some();
+    for (name, value) in e
+        .headers
+        .iter()
+        .filter(|(name, _)| !(bearer && name.eq_ignore_ascii_case("authorization")))
+    {
         let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
             .map_err(|err| format!("bad header name {name:?}: {err}"))?;
         let value = reqwest::header::HeaderValue::from_str(value)
