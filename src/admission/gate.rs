@@ -13,13 +13,15 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use super::endpoint::{EndpointPolicy, EndpointRuntime};
 use super::fleet::FleetRate;
 use super::fleet::mode::{FleetMode, FleetTransitions};
 use super::fleet::{FleetAcquire, FleetLanes, FleetSlot};
-use super::lane::{Lane, LaneSlot};
+use super::lane::LaneSlot;
 use super::peers::Peers;
 use super::rate::Turns;
 use super::seats::Seat;
+use crate::model::RateLimit;
 
 /// How often a delivery waiting for a fleet-wide slot asks again.
 const FLEET_RETRY: Duration = Duration::from_millis(20);
@@ -54,33 +56,6 @@ pub enum Held {
     TenantFull,
     /// Drain began before the attempt.
     Draining,
-}
-
-/// What admission asks of the endpoint a delivery is for (the dispatcher's runtime answers).
-pub trait Candidate: Send + Sync {
-    /// Enabled, not paused, breaker letting it through, as of `now`: `Ok(probe)`, where `probe`
-    /// says the breaker let it through as its half-open probe.
-    fn check(&self, now: Instant) -> Result<bool, Held>;
-    /// Its lane.
-    fn lane(&self) -> &Arc<Lane>;
-    /// The lane limit in force now (the lane, narrowed by the governor).
-    fn limit(&self) -> u32;
-    /// This process's fleet-wide admissions to it.
-    fn fleet_count(&self) -> &Arc<FleetCount>;
-    /// How long, from the start of a Redis outage, attempts admitted to it through Redis may
-    /// still run ([`super::fleet::mode::endpoint_hold`]).
-    fn outage_hold(&self) -> Duration;
-    /// Its id (the fleet's lane key).
-    fn id(&self) -> &str;
-    /// A delivery to it was shed: count it, and give back the breaker probe it carried.
-    fn shed(&self, probe: bool);
-    /// Run `f` on its rate limit's buckets in this process; `None` when it has no rate limit.
-    fn turns<R>(&self, f: impl FnOnce(&mut Turns) -> R) -> Option<R>;
-    /// A delivery to it was held by its rate limit: count it, and give back the breaker probe.
-    fn rate_held(&self, probe: bool);
-    /// Take a seat of its tenant's under the tenant's ceiling; `None` (the breaker probe given
-    /// back) when the tenant holds all its ceiling allows.
-    fn seat(&self, probe: bool) -> Option<Seat>;
 }
 
 /// This process's fleet-wide admissions to one endpoint: how many it has in flight, and how
@@ -146,13 +121,17 @@ pub struct Gate<'a> {
     pub permits: &'a Semaphore,
     /// Set when drain begins.
     pub draining: &'a AtomicBool,
+    /// The dispatcher's settings endpoints follow, for the concurrency in force.
+    pub policy: EndpointPolicy<'a>,
 }
 
 /// An admitted delivery: its lane slot, its fleet-wide slot, its global permit; dropping it
 /// gives them all back (the Redis slot by a task of its own: it also expires by itself).
-pub struct Admitted<'a> {
+pub struct Admitted<'a, C> {
     /// The breaker let it through as its half-open probe.
     pub probe: bool,
+    /// The endpoint's parsed configuration as the delivery entered.
+    pub parsed: C,
     _permit: SemaphorePermit<'a>,
     _lane: LaneSlot,
     _fleet: Option<FleetHold>,
@@ -176,22 +155,51 @@ impl Drop for FleetHold {
 }
 
 /// Admit a delivery to `endpoint`, in order; `passed_lane` runs once its wait at the lane is
-/// over (admitted or about to be shed). Turned away: [`Held`], nothing held.
-pub async fn admit<'a, C: Candidate>(
+/// over (admitted or about to be shed); its tenant may hold `tenant_ceiling` seats of the
+/// pool. Turned away: [`Held`], nothing held.
+pub async fn admit<'a, C: Clone>(
     gate: &Gate<'a>,
-    endpoint: &C,
+    endpoint: &EndpointRuntime<C>,
+    tenant_ceiling: u32,
     passed_lane: impl FnOnce(),
-) -> Result<Admitted<'a>, Held> {
-    let probe = endpoint.check(Instant::now())?;
-    if let Err(until) = take_turn(gate, endpoint).await {
+) -> Result<Admitted<'a, C>, Held> {
+    // Without Redis, this process's share of a rate limit is taken as the delivery enters.
+    let local_turn = gate.fleet.is_none().then(|| {
+        let live = gate.peers.live();
+        let rank = gate.peers.rank();
+        move |turns: &mut Turns, now: Instant| {
+            if live == 1 {
+                turns.take(now)
+            } else {
+                let share = turns.limit().share(live, rank);
+                turns.take_share(share, now, NO_SHARE_RETRY)
+            }
+        }
+    });
+    let entered = endpoint.enter(Instant::now(), &gate.policy, local_turn)?;
+    let probe = entered.probe;
+    if let (Some(limit), Some(lanes)) = (&entered.fleet_rate, gate.fleet)
+        && let Err(until) = fleet_turn(lanes, endpoint, limit).await
+    {
         endpoint.rate_held(probe);
         return Err(Held::RateLimited { until });
     }
     // One acquisition deadline for the lane, the fleet's slot and the global permit together.
     let until = Instant::now() + gate.lane_deadline;
+    // The lane in force as the delivery entered, read again only when it has to wait.
+    let first = AtomicU32::new(entered.lane);
     let acquired = endpoint
         .lane()
-        .acquire(|| endpoint.limit(), gate.lane_deadline)
+        .acquire(
+            || {
+                let lane = match first.swap(0, Ordering::Relaxed) {
+                    0 => endpoint.lane_in_force(&gate.policy),
+                    lane => lane,
+                };
+                gate.allowance(lane, endpoint.spin())
+            },
+            gate.lane_deadline,
+        )
         .await;
     passed_lane();
     let Ok(lane) = acquired else {
@@ -199,7 +207,7 @@ pub async fn admit<'a, C: Candidate>(
         return Err(Held::Shed);
     };
     let fleet = match gate.fleet {
-        Some(lanes) => match fleet_slot(gate, lanes, endpoint, until).await {
+        Some(lanes) => match fleet_slot(gate, lanes, endpoint, entered.lane, until).await {
             Some(slot) => Some(FleetHold {
                 count: endpoint.fleet_count().clone(),
                 slot: slot.map(|s| (lanes.clone(), s)),
@@ -212,7 +220,7 @@ pub async fn admit<'a, C: Candidate>(
         },
         None => None,
     };
-    let Some(seat) = endpoint.seat(probe) else {
+    let Some(seat) = endpoint.seat(tenant_ceiling, probe) else {
         return Err(Held::TenantFull);
     };
     if gate.draining.load(Ordering::Acquire) {
@@ -231,6 +239,7 @@ pub async fn admit<'a, C: Candidate>(
     };
     Ok(Admitted {
         probe,
+        parsed: entered.parsed,
         _permit: permit,
         _lane: lane,
         _fleet: fleet,
@@ -238,31 +247,30 @@ pub async fn admit<'a, C: Candidate>(
     })
 }
 
-/// Take a turn of the endpoint's rate limit: in Redis with fleet lanes (the local bucket then
-/// follows the fleet's, for the claim's cap), this process's share of it while Redis is away,
-/// and without Redis, its share among the live dispatchers its heartbeats count (the whole
-/// bucket when it is alone). `Err(until)`: the exact instant of its next turn.
+impl Gate<'_> {
+    /// What this process may hold of a lane of `lane`: all of it with Redis (the fleet's
+    /// slots are held there), its part of it without.
+    fn allowance(&self, lane: u32, spin: u32) -> u32 {
+        if self.fleet.is_some() {
+            lane
+        } else {
+            self.peers.part(lane, spin)
+        }
+    }
+}
+
+/// Take a turn of the endpoint's rate limit in Redis, with fleet lanes (the local bucket then
+/// follows the fleet's, for the claim's cap), or this process's share of it while Redis is
+/// away. `Err(until)`: the exact instant of its next turn.
 ///
 /// A turn taken is spent even when the lane or the fleet then sheds the delivery: the limit
 /// errs towards fewer deliveries, never more.
-async fn take_turn<C: Candidate>(gate: &Gate<'_>, endpoint: &C) -> Result<(), Instant> {
-    let Some(limit) = endpoint.turns(|t| t.limit()) else {
-        return Ok(());
-    };
-    let Some(lanes) = gate.fleet else {
-        let live = gate.peers.live();
-        return endpoint
-            .turns(|t| {
-                if live == 1 {
-                    t.take(Instant::now())
-                } else {
-                    let share = limit.share(live, gate.peers.rank());
-                    t.take_share(share, Instant::now(), NO_SHARE_RETRY)
-                }
-            })
-            .unwrap_or(Ok(()));
-    };
-    match lanes.try_rate(endpoint.id(), &limit).await {
+async fn fleet_turn<C: Clone>(
+    lanes: &FleetLanes,
+    endpoint: &EndpointRuntime<C>,
+    limit: &RateLimit,
+) -> Result<(), Instant> {
+    match lanes.try_rate(endpoint.id(), limit).await {
         FleetRate::Taken { ahead } => {
             endpoint.turns(|t| t.follow(Instant::now(), ahead));
             Ok(())
@@ -285,22 +293,27 @@ async fn take_turn<C: Candidate>(gate: &Gate<'_>, endpoint: &C) -> Result<(), In
 
 /// Take a fleet-wide slot by `until` (the lane's acquisition deadline, counted from before
 /// the local lane): `Some(Some(slot))` held in Redis,
-/// `Some(None)` admitted under this process's local share, `None` shed.
+/// `Some(None)` admitted under this process's local share, `None` shed. `lane` is the lane in
+/// force as the delivery entered; a pass after a wait reads it again.
 ///
 /// The allowance holds across the fleet through Redis outages and recoveries: see [`FleetMode`]
 /// for the rule in force at each stage. The endpoint's own lane slot is already held; fleet
 /// admissions are counted per endpoint in its [`FleetCount`].
-async fn fleet_slot<C: Candidate>(
+async fn fleet_slot<C: Clone>(
     gate: &Gate<'_>,
     lanes: &FleetLanes,
-    endpoint: &C,
+    endpoint: &EndpointRuntime<C>,
+    lane: u32,
     until: Instant,
 ) -> Option<Option<FleetSlot>> {
     let count = endpoint.fleet_count();
     // Read from the endpoint's window once per admission, not on every pass.
     let mut outage_hold = None;
+    let mut first = Some(lane);
     loop {
-        let allowance = endpoint.limit();
+        let allowance = first
+            .take()
+            .unwrap_or_else(|| endpoint.lane_in_force(&gate.policy));
         let share = lanes.local_share(allowance);
         let mode = gate
             .transitions
@@ -311,13 +324,13 @@ async fn fleet_slot<C: Candidate>(
             // Counted in flight only once Redis granted the slot: a reservation taken before the
             // call would be read as "held at the outage" by a sibling task that sees the outage
             // first, and this process would then admit one more than it really held.
-            FleetMode::Redis => redis_slot(lanes, endpoint, allowance)
+            FleetMode::Redis => redis_slot(lanes, endpoint.id(), allowance)
                 .await
                 .inspect(|_| count.reserve())
                 .map(Some),
             FleetMode::Recovering => {
                 if count.try_reserve(share) {
-                    let slot = redis_slot(lanes, endpoint, allowance).await;
+                    let slot = redis_slot(lanes, endpoint.id(), allowance).await;
                     if slot.is_none() {
                         count.unreserve();
                     }
@@ -350,12 +363,8 @@ async fn fleet_slot<C: Candidate>(
     }
 }
 
-async fn redis_slot<C: Candidate>(
-    lanes: &FleetLanes,
-    endpoint: &C,
-    allowance: u32,
-) -> Option<FleetSlot> {
-    match lanes.try_acquire(endpoint.id(), allowance).await {
+async fn redis_slot(lanes: &FleetLanes, endpoint: &str, allowance: u32) -> Option<FleetSlot> {
+    match lanes.try_acquire(endpoint, allowance).await {
         FleetAcquire::Acquired(slot) => Some(slot),
         // Unavailable flips the fleet to degraded: the next pass applies the outage rule.
         FleetAcquire::Unavailable | FleetAcquire::Full => None,
@@ -365,67 +374,34 @@ async fn redis_slot<C: Candidate>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::breaker::BreakerSettings;
+    use crate::admission::endpoint::{Configuration, Outcome};
+    use crate::admission::governor::{GovernorSettings, Observation};
     use crate::admission::seats::Seats;
-    use crate::model::RateLimit;
 
-    /// An endpoint whose checks pass (as a breaker probe, when `probe`), with a rate limit.
-    struct Limited {
-        lane: Arc<Lane>,
-        fleet: Arc<FleetCount>,
-        turns: Mutex<Option<Turns>>,
-        probe: bool,
-        probes_returned: AtomicU32,
-        sheds: AtomicU32,
-        seats: Arc<Seats>,
-    }
-
-    impl Limited {
-        fn new(limit: Option<RateLimit>, probe: bool) -> Self {
-            Self {
-                lane: Lane::new(),
-                fleet: Arc::default(),
-                turns: Mutex::new(limit.map(|l| Turns::new(l, Instant::now()))),
-                probe,
-                probes_returned: AtomicU32::new(0),
-                sheds: AtomicU32::new(0),
-                seats: Arc::default(),
-            }
-        }
-    }
-
-    impl Candidate for Limited {
-        fn check(&self, _now: Instant) -> Result<bool, Held> {
-            Ok(self.probe)
-        }
-        fn lane(&self) -> &Arc<Lane> {
-            &self.lane
-        }
-        fn limit(&self) -> u32 {
-            4
-        }
-        fn fleet_count(&self) -> &Arc<FleetCount> {
-            &self.fleet
-        }
-        fn outage_hold(&self) -> Duration {
-            Duration::ZERO
-        }
-        fn id(&self) -> &str {
-            "ep_limited"
-        }
-        fn shed(&self, _probe: bool) {
-            self.sheds.fetch_add(1, Ordering::AcqRel);
-        }
-        fn turns<R>(&self, f: impl FnOnce(&mut Turns) -> R) -> Option<R> {
-            self.turns.lock().unwrap().as_mut().map(f)
-        }
-        fn rate_held(&self, probe: bool) {
-            if probe {
-                self.probes_returned.fetch_add(1, Ordering::AcqRel);
-            }
-        }
-        fn seat(&self, _probe: bool) -> Option<Seat> {
-            self.seats.try_take(u32::MAX)
-        }
+    fn runtime(limit: Option<RateLimit>, breaker: BreakerSettings) -> EndpointRuntime<()> {
+        let config = Configuration {
+            enabled: true,
+            lane_override: Some(4),
+            rate_limit: limit,
+            breaker,
+            attempt_total: Duration::from_secs(15),
+            failing_since_ms: None,
+            parsed: (),
+        };
+        let governor = GovernorSettings {
+            initial_limit: 4.0,
+            ..GovernorSettings::default()
+        };
+        EndpointRuntime::new(
+            "ep_limited".into(),
+            "ten_1".into(),
+            Arc::new(Seats::default()),
+            config,
+            &governor,
+            Instant::now(),
+            0,
+        )
     }
 
     /// The rate comes before the lane: a delivery past its limit is held until the exact
@@ -434,6 +410,7 @@ mod tests {
     async fn the_rate_holds_before_the_lane_until_the_next_turn() {
         let (permits, draining) = (Semaphore::new(8), AtomicBool::new(false));
         let transitions = Mutex::new(FleetTransitions::default());
+        let governor = GovernorSettings::default();
         let gate = Gate {
             lane_deadline: Duration::from_millis(500),
             fleet: None,
@@ -442,14 +419,26 @@ mod tests {
             peers: &Peers::alone(),
             permits: &permits,
             draining: &draining,
+            policy: EndpointPolicy {
+                lane_default: 8,
+                lane_ceiling: 16,
+                lane_headroom: 1.5,
+                lane_deadline: Duration::from_millis(500),
+                governor: &governor,
+                auto_disable_after: Duration::from_secs(3600),
+            },
         };
         let limit = RateLimit::try_new(10.0, 2).unwrap();
-        let endpoint = Limited::new(Some(limit), false);
+        let limited = runtime(Some(limit), BreakerSettings::default());
         let start = Instant::now();
-        let first = admit(&gate, &endpoint, || {}).await.expect("a turn");
-        let second = admit(&gate, &endpoint, || {}).await.expect("a turn");
+        let first = admit(&gate, &limited, u32::MAX, || {})
+            .await
+            .expect("a turn");
+        let second = admit(&gate, &limited, u32::MAX, || {})
+            .await
+            .expect("a turn");
         let mut passed = false;
-        let third = admit(&gate, &endpoint, || passed = true).await;
+        let third = admit(&gate, &limited, u32::MAX, || passed = true).await;
         assert_eq!(
             third.err(),
             Some(Held::RateLimited {
@@ -460,26 +449,58 @@ mod tests {
             !passed,
             "a delivery held by the rate never waits at the lane"
         );
-        assert_eq!(endpoint.lane.in_use(), 2);
-        assert_eq!(endpoint.sheds.load(Ordering::Acquire), 0);
+        assert_eq!(limited.lane().in_use(), 2);
+        let shed = limited
+            .reading(Instant::now(), &gate.policy, true)
+            .window
+            .unwrap()
+            .shed_per_s;
+        assert_eq!(shed, 0.0);
         drop((first, second));
         tokio::time::advance(Duration::from_millis(100)).await;
         assert!(
-            admit(&gate, &endpoint, || {}).await.is_ok(),
+            admit(&gate, &limited, u32::MAX, || {}).await.is_ok(),
             "its turn came"
         );
 
         // A breaker probe held by the rate is given back, so the breaker can send another.
-        let probing = Limited::new(Some(RateLimit::try_new(1.0, 1).unwrap()), true);
-        drop(admit(&gate, &probing, || {}).await.expect("a turn"));
-        assert!(admit(&gate, &probing, || {}).await.is_err());
-        assert_eq!(probing.probes_returned.load(Ordering::Acquire), 1);
+        let trips_at_once = BreakerSettings {
+            error_min_samples: 1,
+            error_cooldown: Duration::from_secs(1),
+            ..BreakerSettings::default()
+        };
+        let probing = runtime(Some(RateLimit::try_new(1.0, 1).unwrap()), trips_at_once);
+        let failed = Outcome {
+            observation: Observation::OtherFailure,
+            failed: true,
+            kind: crate::stats::AttemptKind::Other,
+            disables: false,
+        };
+        let now = Instant::now();
+        probing.conclude(&gate.policy, &failed, Duration::from_millis(5), now, 0);
+        assert!(probing.held(now).is_some(), "the breaker is open");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // The only turn is gone: the probe the breaker hands out is held by the rate.
+        assert_eq!(probing.turns(|t| t.take(Instant::now())), Some(Ok(())));
+        assert!(matches!(
+            admit(&gate, &probing, u32::MAX, || {}).await.err(),
+            Some(Held::RateLimited { .. })
+        ));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let admitted = admit(&gate, &probing, u32::MAX, || {})
+            .await
+            .expect("the probe was given back and handed out again");
+        assert!(admitted.probe);
 
         // No limit: nothing to hold.
-        let free = Limited::new(None, false);
+        let free = runtime(None, BreakerSettings::default());
         let mut admitted = Vec::new();
         for _ in 0..4 {
-            admitted.push(admit(&gate, &free, || {}).await.expect("no limit"));
+            admitted.push(
+                admit(&gate, &free, u32::MAX, || {})
+                    .await
+                    .expect("no limit"),
+            );
         }
     }
 }

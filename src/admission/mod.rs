@@ -6,12 +6,15 @@
 //! - [`rate`]: rate limit per endpoint (GCRA), fleet-wide in Redis with [`fleet`];
 //! - [`lane`]: per-endpoint bulkhead with an acquisition deadline (shed when it passes);
 //! - [`governor`]: AIMD concurrency limit per endpoint and Retry-After pauses;
+//! - [`endpoint`]: one endpoint's state at run time, the one home of its lane, governor,
+//!   breaker, turns and window;
 //! - [`breaker`]: latency breaker (p95 over a window vs the endpoint's ceiling) and error breaker;
 //! - [`fleet`]: lane slots held in Redis so a fleet of dispatchers shares one allowance;
 //! - [`peers`]: without Redis, this dispatcher's part of each lane and rate limit;
 //! - [`seats`]: a tenant's attempts in the pool, held under its ceiling.
 
 pub mod breaker;
+pub mod endpoint;
 pub mod fleet;
 mod gate;
 pub mod governor;
@@ -20,4 +23,5 @@ pub mod peers;
 pub mod rate;
 pub mod seats;
 
-pub use gate::{Admitted, Candidate, FleetCount, Gate, Held, admit};
+pub use endpoint::{EndpointPolicy, EndpointRuntime, LaneBasis};
+pub use gate::{Admitted, FleetCount, Gate, Held, admit};

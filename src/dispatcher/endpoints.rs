@@ -1,139 +1,47 @@
-//! The dispatcher's live view of each endpoint: its parsed target, lane, governor, breaker and
-//! rolling statistics. Configuration is re-read from the store at most every few seconds.
+//! The dispatcher's registry of endpoints: the ones it knows (each one's state at run time is
+//! an [`EndpointRuntime`] of admission's), what it parsed from each configuration (read again
+//! from the store at most every few seconds), and which of them claim views read.
 
-use crate::admission::seats::Seats;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::DispatchSettings;
-use crate::admission::FleetCount;
-use crate::admission::breaker::{Breaker, BreakerSettings};
-use crate::admission::governor::{self, GovernorState};
-use crate::admission::lane::Lane;
-use crate::admission::rate::Turns;
+use crate::admission::EndpointRuntime;
+use crate::admission::breaker::BreakerSettings;
+use crate::admission::endpoint::Configuration;
+use crate::admission::seats::Seats;
 use crate::delivery::{AttemptTimeouts, Target, TlsProfile};
 use crate::model::{Endpoint, EndpointTls};
 use crate::signing::SigningKey;
-use crate::stats::Window;
 use crate::store::{SharedStore, StoreError};
 
 /// How long a loaded endpoint configuration is trusted before it is read again.
 const CONFIG_TTL: Duration = Duration::from_secs(5);
 
-/// Mutable per-endpoint state, behind one short-held mutex.
-pub(super) struct EndpointState {
+/// What the dispatcher parsed from an endpoint's configuration: where to deliver, or why it
+/// cannot be delivered to, and the host that names it in metrics.
+#[derive(Debug)]
+pub(super) struct Parsed {
     /// The parsed destination, or why it cannot be delivered to.
     pub(super) target: Result<Arc<Target>, String>,
-    /// Is it enabled (as last read)?
-    pub(super) enabled: bool,
-    /// Operator lane override.
-    pub(super) lane_override: Option<u32>,
-    /// When the configuration was read.
-    pub(super) loaded_at: Instant,
-    /// AIMD limit and Retry-After pause.
-    pub(super) governor: GovernorState,
-    /// Latency and error breakers.
-    pub(super) breaker: Breaker,
-    /// Rolling statistics for the evidence.
-    pub(super) window: Window,
-    /// Start of the current unbroken run of failures.
-    pub(super) failing_since_ms: Option<i64>,
     /// Destination host (metrics label).
     pub(super) host: String,
-    /// Recent attempt duration (exponentially weighted), for sizing claims to the lane.
-    pub(super) service_ewma: Option<Duration>,
-    /// The lane Little's Law gives from the window (before the fairness ceiling); `None` until
-    /// the window holds enough attempts.
-    pub(super) measured_lane: Option<u32>,
-    /// When `measured_lane` was last computed.
-    pub(super) lane_sized_at: Option<Instant>,
-    /// Deliveries offered to the lane since then: the rate a step in traffic shows at once,
-    /// before the window's five-minute average catches up.
-    pub(super) offered_since_sized: u32,
-    /// Its rate limit's buckets in this process, when it has a limit.
-    pub(super) rate: Option<Turns>,
 }
 
-/// Where an endpoint's lane size comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum LaneBasis {
-    /// The operator set it on the endpoint.
-    Override,
-    /// Little's Law on the endpoint's window: arrivals × mean service time × headroom.
-    Measured,
-    /// Not measured yet: the configured default.
-    Default,
-}
-
-/// One endpoint as this dispatcher sees it.
-pub(super) struct EndpointRuntime {
-    /// Endpoint id.
-    pub(super) id: String,
-    /// Tenant id.
-    pub(super) tenant_id: String,
-    /// Its tenant's seats in the pool (one count per tenant, shared by its endpoints).
-    pub(super) seats: Arc<Seats>,
-    /// The bulkhead.
-    pub(super) lane: Arc<Lane>,
-    /// Claimed deliveries whose tasks have not yet passed the lane (admitted or shed).
-    pending: std::sync::atomic::AtomicU32,
-    /// This process's fleet-wide admissions to the endpoint.
-    pub(super) fleet: Arc<FleetCount>,
-    /// The same number on every dispatcher for this endpoint: which of them takes the odd slot of
-    /// a fleet-wide lane ([`super::claim::Part`]).
-    pub(super) spin: u32,
-    /// In the registry's awake set: claim views read it (see [`Endpoints::for_view`]).
-    awake: std::sync::atomic::AtomicBool,
-    state: Mutex<EndpointState>,
-}
-
-impl EndpointRuntime {
-    /// Claimed deliveries on their way to the lane.
-    pub(super) fn pending(&self) -> u32 {
-        self.pending.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// How long from the start of a Redis outage attempts admitted to this endpoint before it
-    /// may still run anywhere in the fleet ([`crate::admission::fleet::mode::endpoint_hold`]).
-    pub(super) fn outage_hold(&self) -> Duration {
-        let s = self.state();
-        let deadline = match &s.target {
-            Ok(target) => target.timeouts.total,
-            Err(_) => Duration::ZERO,
-        };
-        let longest = s.window.histogram(Instant::now()).quantile(1.0);
-        crate::admission::fleet::mode::endpoint_hold(deadline, longest)
-    }
-
-    /// Nothing to remember (see [`Endpoints::evict_idle`]); the caller holds no other handle.
-    fn is_idle(&self, now: Instant) -> bool {
-        if self.pending() > 0 || self.fleet.in_flight() > 0 || self.lane.in_use() > 0 {
-            return false;
-        }
-        let s = self.state();
-        matches!(
-            s.breaker.state(),
-            crate::admission::breaker::BreakerState::Closed
-        ) && !governor::is_paused(&s.governor, now)
-            && s.window.is_idle(now)
-            && s.breaker.is_idle(now)
-    }
-
-    /// Lock the mutable state (never held across an await).
-    pub(super) fn state(&self) -> MutexGuard<'_, EndpointState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+/// One endpoint as this dispatcher sees it: its state at run time lives in admission
+/// ([`EndpointRuntime`]), with what the dispatcher parsed from its configuration.
+pub(super) type Runtime = EndpointRuntime<Arc<Parsed>>;
 
 /// Every endpoint this dispatcher has seen.
 pub(super) struct Endpoints {
     store: SharedStore,
     settings: Arc<DispatchSettings>,
-    map: Mutex<HashMap<String, Arc<EndpointRuntime>>>,
+    map: Mutex<HashMap<String, Arc<Runtime>>>,
+    /// The clock configurations are timed by ([`Runtime::loaded_at_ms`]).
+    epoch: Instant,
     /// The endpoints claim views read (see [`Self::for_view`]).
     awake: Mutex<HashSet<String>>,
     /// What the quiet endpoints were found quiet under (see [`Self::view_key`]).
@@ -157,6 +65,7 @@ impl Endpoints {
             awake: Mutex::new(HashSet::new()),
             key: Mutex::new((0, 0, 0)),
             seats: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
         }
     }
 
@@ -176,13 +85,18 @@ impl Endpoints {
 
     /// Something happened to the endpoint (a claim, a configuration change): claim views read
     /// it again.
-    fn wake(&self, rt: &EndpointRuntime) {
-        if !rt.awake.swap(true, std::sync::atomic::Ordering::AcqRel) {
+    fn wake(&self, rt: &Runtime) {
+        if rt.wake() {
             self.awake
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(rt.id.clone());
+                .insert(rt.id().to_owned());
         }
+    }
+
+    /// Milliseconds of the registry's clock now (never 0: that is "read it again").
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
     }
 
     /// What the quiet endpoints' rooms depend on beside themselves is now `key`: when it
@@ -206,7 +120,7 @@ impl Endpoints {
     /// endpoints touched once each made every claim read them all). What may change for a
     /// quiet endpoint unseen (an attempt that ends just after it was found quiet opens its
     /// breaker) is caught at admission, which checks again.
-    pub(super) fn for_view(&self) -> Vec<Arc<EndpointRuntime>> {
+    pub(super) fn for_view(&self) -> Vec<Arc<Runtime>> {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let mut awake = self.awake.lock().unwrap_or_else(|p| p.into_inner());
         // Forgotten endpoints leave the set here.
@@ -216,15 +130,15 @@ impl Endpoints {
 
     /// These endpoints were found quiet: nothing on its way or in flight, nothing holding them
     /// back, no rate limit, room for a full share. Claim views leave them out until they wake.
-    pub(super) fn rest(&self, quiet: &[Arc<EndpointRuntime>]) {
+    pub(super) fn rest(&self, quiet: &[Arc<Runtime>]) {
         if quiet.is_empty() {
             return;
         }
         let mut awake = self.awake.lock().unwrap_or_else(|p| p.into_inner());
         for rt in quiet {
             // Under the set's lock: a wake now waits, then finds it asleep and puts it back.
-            rt.awake.store(false, std::sync::atomic::Ordering::Release);
-            awake.remove(&rt.id);
+            rt.rest();
+            awake.remove(rt.id());
         }
     }
 
@@ -239,7 +153,7 @@ impl Endpoints {
     }
 
     /// Every known endpoint.
-    pub(super) fn all(&self) -> Vec<Arc<EndpointRuntime>> {
+    pub(super) fn all(&self) -> Vec<Arc<Runtime>> {
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -268,7 +182,7 @@ impl Endpoints {
     }
 
     /// A known endpoint, without touching the store.
-    pub(super) fn cached(&self, id: &str) -> Option<Arc<EndpointRuntime>> {
+    pub(super) fn cached(&self, id: &str) -> Option<Arc<Runtime>> {
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -280,20 +194,20 @@ impl Endpoints {
     pub(super) fn invalidate(&self, id: &str) {
         if let Some(rt) = self.cached(id) {
             self.wake(&rt);
-            rt.state().loaded_at = Instant::now() - CONFIG_TTL * 2;
+            rt.expire_configuration();
         }
     }
 
     /// Is this runtime's configuration older than [`CONFIG_TTL`]?
-    fn stale(rt: &EndpointRuntime) -> bool {
-        rt.state().loaded_at.elapsed() >= CONFIG_TTL
+    fn stale(&self, rt: &Runtime) -> bool {
+        self.now_ms().saturating_sub(rt.loaded_at_ms()) >= CONFIG_TTL.as_millis() as u64
     }
 
     /// The endpoint, with its configuration refreshed from the store when stale.
-    pub(super) async fn get(&self, id: &str) -> Result<Arc<EndpointRuntime>, StoreError> {
+    pub(super) async fn get(&self, id: &str) -> Result<Arc<Runtime>, StoreError> {
         let existing = self.cached(id);
         if let Some(rt) = &existing
-            && !Self::stale(rt)
+            && !self.stale(rt)
         {
             return Ok(rt.clone());
         }
@@ -319,7 +233,7 @@ impl Endpoints {
         {
             let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
             for id in ids {
-                if map.get(id).is_none_or(|rt| Self::stale(rt)) {
+                if map.get(id).is_none_or(|rt| self.stale(rt)) {
                     wanted.push(id.to_owned());
                 }
             }
@@ -341,11 +255,7 @@ impl Endpoints {
     }
 
     /// Build the runtime of a newly read endpoint, or refresh `existing` from it.
-    fn apply(
-        &self,
-        existing: Option<Arc<EndpointRuntime>>,
-        endpoint: Endpoint,
-    ) -> Arc<EndpointRuntime> {
+    fn apply(&self, existing: Option<Arc<Runtime>>, endpoint: Endpoint) -> Arc<Runtime> {
         let now = Instant::now();
         let target = parse_target(&endpoint, &self.settings);
         let host = target
@@ -353,62 +263,35 @@ impl Endpoints {
             .ok()
             .and_then(|t| t.url.host_str().map(str::to_owned))
             .unwrap_or_default();
-        let breaker_settings = BreakerSettings {
-            latency_ceiling: endpoint
-                .latency_ceiling_ms
-                .map_or(self.settings.breaker.latency_ceiling, |ms| {
-                    Duration::from_millis(u64::from(ms))
-                }),
-            ..self.settings.breaker.clone()
+        let config = Configuration {
+            enabled: endpoint.enabled,
+            lane_override: endpoint.lane_size,
+            rate_limit: endpoint.rate_limit,
+            breaker: BreakerSettings {
+                latency_ceiling: endpoint
+                    .latency_ceiling_ms
+                    .map_or(self.settings.breaker.latency_ceiling, |ms| {
+                        Duration::from_millis(u64::from(ms))
+                    }),
+                ..self.settings.breaker.clone()
+            },
+            attempt_total: target.as_ref().map_or(Duration::ZERO, |t| t.timeouts.total),
+            failing_since_ms: endpoint.failing_since_ms,
+            parsed: Arc::new(Parsed { target, host }),
         };
         if let Some(rt) = existing {
-            let mut s = rt.state();
-            s.target = target;
-            s.enabled = endpoint.enabled;
-            s.lane_override = endpoint.lane_size;
-            s.loaded_at = now;
-            s.host = host;
-            s.failing_since_ms = endpoint.failing_since_ms;
-            // A changed limit starts from full buckets; an unchanged one keeps its turns.
-            if s.rate.as_ref().map(Turns::limit) != endpoint.rate_limit {
-                s.rate = endpoint.rate_limit.map(|l| Turns::new(l, now));
-            }
-            if s.breaker.settings().latency_ceiling != breaker_settings.latency_ceiling {
-                s.breaker = Breaker::new(breaker_settings, now);
-            }
-            drop(s);
+            rt.configure(config, now, self.now_ms());
             return rt;
         }
-        let rt = Arc::new(EndpointRuntime {
-            id: endpoint.id.clone(),
-            tenant_id: endpoint.tenant_id.clone(),
-            seats: self.seats(&endpoint.tenant_id),
-            lane: Lane::new(),
-            fleet: Arc::default(),
-            spin: spin(&endpoint.id),
-            pending: std::sync::atomic::AtomicU32::new(0),
-            awake: std::sync::atomic::AtomicBool::new(true),
-            state: Mutex::new(EndpointState {
-                target,
-                enabled: endpoint.enabled,
-                lane_override: endpoint.lane_size,
-                loaded_at: now,
-                governor: GovernorState::new(&self.settings.governor),
-                breaker: Breaker::new(breaker_settings, now),
-                window: Window::new(
-                    now,
-                    crate::stats::window::DEFAULT_WINDOW,
-                    crate::stats::window::DEFAULT_SLOTS,
-                ),
-                failing_since_ms: endpoint.failing_since_ms,
-                host,
-                service_ewma: None,
-                measured_lane: None,
-                lane_sized_at: None,
-                offered_since_sized: 0,
-                rate: endpoint.rate_limit.map(|l| Turns::new(l, now)),
-            }),
-        });
+        let rt = Arc::new(EndpointRuntime::new(
+            endpoint.id.clone(),
+            endpoint.tenant_id.clone(),
+            self.seats(&endpoint.tenant_id),
+            config,
+            &self.settings.governor,
+            now,
+            self.now_ms(),
+        ));
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         let rt = map.entry(endpoint.id).or_insert(rt).clone();
         drop(map);
@@ -416,85 +299,8 @@ impl Endpoints {
         self.awake
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(rt.id.clone());
+            .insert(rt.id().to_owned());
         rt
-    }
-}
-
-impl EndpointState {
-    /// The lane: the operator's override, else the one measured by Little's Law, else the
-    /// configured default; clamped by the fairness ceiling for this concurrency.
-    pub(super) fn lane_size(&self, settings: &DispatchSettings, concurrency: u32) -> u32 {
-        self.lane_override
-            .or(self.measured_lane)
-            .unwrap_or(settings.lane_size)
-            .min(settings.lane_ceiling(concurrency))
-            .max(1)
-    }
-
-    /// Where [`lane_size`](Self::lane_size) comes from.
-    pub(super) fn lane_basis(&self) -> LaneBasis {
-        match (self.lane_override, self.measured_lane) {
-            (Some(_), _) => LaneBasis::Override,
-            (None, Some(_)) => LaneBasis::Measured,
-            (None, None) => LaneBasis::Default,
-        }
-    }
-
-    /// A delivery reached admission: counted in the window and towards the next lane sizing.
-    pub(super) fn record_offered(&mut self, now: Instant) {
-        self.window.record_offered(now);
-        self.offered_since_sized = self.offered_since_sized.saturating_add(1);
-    }
-
-    /// Size the lane again when the last sizing is `every` old (Little's Law: offered rate ×
-    /// mean service time × headroom, widened until Poisson bursts rarely wait past the lane
-    /// deadline; see [`sized_by_load`](crate::admission::lane::sized_by_load)), or forget the
-    /// measurement when the window holds too few attempts to say anything. The rate is the higher of the window's and the one since the
-    /// last sizing: a lane follows a rise in traffic within one sizing (a lane too small for it
-    /// is offered what it can claim, and grows by the headroom each time) instead of the minutes
-    /// the window's average takes, and falls back to the window's rate when the rise is over.
-    pub(super) fn resize_lane(
-        &mut self,
-        settings: &DispatchSettings,
-        every: Duration,
-        now: Instant,
-    ) {
-        let since = match self.lane_sized_at {
-            Some(at) if now.saturating_duration_since(at) < every => return,
-            Some(at) => now.saturating_duration_since(at),
-            None => Duration::ZERO,
-        };
-        self.lane_sized_at = Some(now);
-        let recent = match since.as_secs_f64() {
-            secs if secs > 0.0 => f64::from(self.offered_since_sized) / secs,
-            _ => 0.0,
-        };
-        self.offered_since_sized = 0;
-        let w = self.window.snapshot(now);
-        self.measured_lane = match w.mean {
-            Some(mean) if w.samples >= crate::admission::lane::SIZING_MIN_SAMPLES => {
-                // Offers held by a rate limit come back at their turns: what the lane carries
-                // is at most the limit.
-                let offered = w.offered_per_s.max(recent);
-                let offered = self
-                    .rate
-                    .as_ref()
-                    .map_or(offered, |t| offered.min(t.limit().per_second()));
-                Some(crate::admission::lane::sized_by_load(
-                    offered,
-                    mean,
-                    settings.lane_headroom,
-                    settings.lane_deadline,
-                ))
-            }
-            _ => None,
-        };
-    }
-
-    /// The lane in force now: min(lane size, governor limit).
-    pub(super) fn effective_lane(&self, settings: &DispatchSettings, concurrency: u32) -> u32 {
-        governor::effective_limit(&self.governor, self.lane_size(settings, concurrency))
     }
 }
 
@@ -569,13 +375,13 @@ fn tls_profiles(t: &EndpointTls) -> (Option<TlsProfile>, Option<TlsProfile>) {
 
 /// A claimed delivery counted against its endpoint's room until it reaches the lane; dropping
 /// it (at the lane, or when the task ends early) stops counting it.
-pub(super) struct Pending(Option<Arc<EndpointRuntime>>);
+pub(super) struct Pending(Option<Arc<Runtime>>);
 
 impl Pending {
     /// Count one delivery for `endpoint` (nothing for an endpoint not seen yet).
-    fn new(endpoint: Option<Arc<EndpointRuntime>>) -> Self {
+    fn new(endpoint: Option<Arc<Runtime>>) -> Self {
         if let Some(rt) = &endpoint {
-            rt.pending.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            rt.add_pending();
         }
         Self(endpoint)
     }
@@ -584,17 +390,9 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(rt) = &self.0 {
-            rt.pending.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            rt.remove_pending();
         }
     }
-}
-
-/// FNV-1a of an endpoint's id: stable across processes and builds (the standard hasher is
-/// seeded per process).
-fn spin(id: &str) -> u32 {
-    id.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
 }
 
 #[cfg(test)]
@@ -637,9 +435,7 @@ mod tests {
         let (registry, id, _dir) = registry().await;
         let rt = registry.get(&id).await.unwrap();
         let start = Instant::now();
-        rt.state()
-            .window
-            .record_attempt(start, Duration::from_millis(40), true);
+        rt.record_attempt(start, Duration::from_millis(40), true);
         // Held by a delivery on its way: kept, whatever the window says.
         assert_eq!(registry.evict_idle(start + Duration::from_secs(3_600)), 0);
         drop(rt);
@@ -648,10 +444,10 @@ mod tests {
         // A Retry-After pause running: kept.
         let rt = registry.cached(&id).unwrap();
         let later = start + Duration::from_secs(400);
-        rt.state().governor.paused_until = Some(later + Duration::from_secs(30));
+        rt.pause_until(Some(later + Duration::from_secs(30)));
         drop(rt);
         assert_eq!(registry.evict_idle(later), 0);
-        registry.cached(&id).unwrap().state().governor.paused_until = None;
+        registry.cached(&id).unwrap().pause_until(None);
         // Nothing in the window, breaker closed, no pause, no other holder: forgotten.
         assert_eq!(registry.evict_idle(later), 1);
         assert_eq!(registry.len(), 0);

@@ -8,7 +8,6 @@
 
 mod autosize;
 mod claim;
-mod conclude;
 mod endpoints;
 mod heartbeat;
 mod leaser;
@@ -136,31 +135,26 @@ impl Ctx {
         let endpoints = self.endpoints.for_view();
         let mut quiet = Vec::new();
         let mut held: HashMap<&str, u32> = HashMap::new();
+        let policy = self.endpoint_policy();
         for rt in &endpoints {
-            let s = rt.state();
-            let held_back = crate::admission::governor::is_paused(&s.governor, now)
-                || matches!(s.breaker.state(),
-                    crate::admission::breaker::BreakerState::Open { until, .. } if until > now);
-            let taken = rt.lane.in_use() + rt.pending();
-            let turns = s.rate.as_ref().map(|t| {
-                t.turns_within(now, self.settings.lane_deadline)
-                    .saturating_sub(rt.pending())
-            });
+            let pending = rt.pending();
+            let taken = rt.taken();
+            let reading = rt.claim_reading(now, &policy, pending);
             let load = claim::EndpointLoad {
-                held: held_back,
-                lane: s.effective_lane(&self.settings, concurrency),
-                service: s.service_ewma,
+                held: reading.held,
+                lane: reading.lane,
+                service: reading.service,
                 taken,
-                turns,
-                part: part(rt.spin),
+                turns: reading.turns,
+                part: part(rt.spin()),
             };
-            drop(s);
+            let (held_back, turns) = (reading.held, reading.turns);
             if taken > 0 {
-                *held.entry(rt.tenant_id.as_str()).or_default() += taken;
+                *held.entry(rt.tenant_id()).or_default() += taken;
             }
             match claim::room(load, per_endpoint, self.settings.lane_deadline) {
-                claim::Room::Skip => view.exclude.push(rt.id.clone()),
-                claim::Room::Up(n) => view.room.push((rt.id.clone(), n)),
+                claim::Room::Skip => view.exclude.push(rt.id().to_owned()),
+                claim::Room::Up(n) => view.room.push((rt.id().to_owned(), n)),
                 claim::Room::Full if taken == 0 && !held_back && turns.is_none() => {
                     quiet.push(rt.clone());
                 }
@@ -183,7 +177,7 @@ impl Ctx {
     fn expected_cost(&self, endpoint: &str) -> f64 {
         self.endpoints
             .cached(endpoint)
-            .and_then(|rt| rt.state().service_ewma)
+            .and_then(|rt| rt.service_ewma())
             .map_or(tenants::UNMEASURED_COST, |t| t.as_secs_f64().max(1e-3))
     }
 
@@ -309,7 +303,13 @@ impl Ctx {
             peers: &self.fleet.peers,
             permits: &self.attempts,
             draining: &self.draining,
+            policy: self.endpoint_policy(),
         }
+    }
+
+    /// The settings endpoints follow, for the concurrency in force.
+    fn endpoint_policy(&self) -> crate::admission::EndpointPolicy<'_> {
+        self.settings.endpoint_policy(self.concurrency())
     }
 
     /// Which rule admits deliveries fleet-wide now (for the view).

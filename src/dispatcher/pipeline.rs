@@ -13,15 +13,12 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Ctx;
-use super::conclude::{Attempt, FailingChange, conclude};
-use super::endpoints::{EndpointRuntime, Pending};
+use super::endpoints::{Pending, Runtime};
 use super::settings::SETTLE_MARGIN;
-use crate::admission::breaker::{Admission, Transition};
-use crate::admission::governor::{self, Observation};
-use crate::admission::lane::Lane;
-use crate::admission::rate::Turns;
-use crate::admission::seats::Seat;
-use crate::admission::{self, Candidate, FleetCount, Held};
+use crate::admission::breaker::Transition;
+use crate::admission::endpoint::{FailingChange, Outcome};
+use crate::admission::governor::Observation;
+use crate::admission::{self, Held};
 use crate::delivery::{self, Report};
 use crate::metrics::{Count, ErrorKindLabel, HostLabel, Metrics, PhaseLabel};
 use crate::model::{AttemptRecord, Claimed, SettleOutcome, Settlement};
@@ -33,97 +30,6 @@ use crate::store::StoreError;
 enum Why {
     Admission(Held),
     StoreUnavailable,
-}
-
-/// One delivery's endpoint as admission asks about it ([`crate::admission::Candidate`]).
-struct AtEndpoint<'a> {
-    rt: &'a EndpointRuntime,
-    ctx: &'a Ctx,
-    concurrency: u32,
-    /// The most attempts its tenant may hold in this pool (its ceiling).
-    ceiling: u32,
-}
-
-impl Candidate for AtEndpoint<'_> {
-    fn check(&self, now: Instant) -> Result<bool, Held> {
-        let mut s = self.rt.state();
-        s.record_offered(now);
-        if !s.enabled {
-            return Err(Held::Disabled);
-        }
-        if governor::is_paused(&s.governor, now) {
-            s.window.record_held(now);
-            return Err(Held::Paused {
-                until: s.governor.paused_until,
-            });
-        }
-        match s.breaker.admit(now) {
-            Admission::Allow => Ok(false),
-            Admission::Probe => Ok(true),
-            Admission::Hold { until } => {
-                s.window.record_held(now);
-                Err(Held::BreakerOpen { until })
-            }
-        }
-    }
-
-    fn lane(&self) -> &Arc<Lane> {
-        &self.rt.lane
-    }
-
-    fn limit(&self) -> u32 {
-        let lane = self
-            .rt
-            .state()
-            .effective_lane(&self.ctx.settings, self.concurrency);
-        // With Redis the fleet's slots are held there, and the local lane is the whole; without
-        // it this dispatcher holds only its part of them.
-        if self.ctx.fleet.lanes.is_some() {
-            lane
-        } else {
-            self.ctx.fleet.peers.part(lane, self.rt.spin)
-        }
-    }
-
-    fn fleet_count(&self) -> &Arc<FleetCount> {
-        &self.rt.fleet
-    }
-
-    fn outage_hold(&self) -> Duration {
-        self.rt.outage_hold()
-    }
-
-    fn id(&self) -> &str {
-        &self.rt.id
-    }
-
-    fn shed(&self, probe: bool) {
-        let mut s = self.rt.state();
-        s.window.record_shed(Instant::now());
-        if probe {
-            s.breaker.cancel_probe();
-        }
-    }
-
-    fn turns<R>(&self, f: impl FnOnce(&mut Turns) -> R) -> Option<R> {
-        self.rt.state().rate.as_mut().map(f)
-    }
-
-    fn seat(&self, probe: bool) -> Option<Seat> {
-        let seat = self.rt.seats.try_take(self.ceiling);
-        if seat.is_none() && probe {
-            self.rt.state().breaker.cancel_probe();
-        }
-        seat
-    }
-
-    fn rate_held(&self, probe: bool) {
-        let mut s = self.rt.state();
-        s.window.record_rate_limited(Instant::now());
-        if probe {
-            s.breaker.cancel_probe();
-        }
-    }
 }
 
 /// What one delivery came to, for the settler to write: its settlement and, rarely, what its
@@ -145,7 +51,7 @@ impl From<Settlement> for Concluded {
 /// What an attempt changed about its endpoint beyond the delivery: a breaker transition to
 /// record, the failing-since mark, a disable. Written by the settler beside the settlement.
 pub(super) struct EndpointWrites {
-    pub(super) endpoint: Arc<EndpointRuntime>,
+    pub(super) endpoint: Arc<Runtime>,
     /// A breaker transition, recorded as an endpoint event.
     pub(super) transition: Option<Transition>,
     pub(super) failing: FailingChange,
@@ -180,18 +86,13 @@ pub(super) async fn run(
         ctx.settings.tenant_weight,
         ctx.settings.tenant_max_share,
     );
-    let at = AtEndpoint {
-        rt: &endpoint,
-        ctx,
-        concurrency,
-        ceiling: if max_share < 1.0 {
-            crate::fairness::ceiling_slots(max_share, concurrency)
-        } else {
-            u32::MAX
-        },
+    let ceiling = if max_share < 1.0 {
+        crate::fairness::ceiling_slots(max_share, concurrency)
+    } else {
+        u32::MAX
     };
     // Past the lane (admitted or about to be shed): no longer counted against its room.
-    let admitted = admission::admit(&ctx.gate(), &at, move || drop(pending))
+    let admitted = admission::admit(&ctx.gate(), &endpoint, ceiling, move || drop(pending))
         .instrument(tracing::debug_span!("admit"))
         .await;
     let admitted = match admitted {
@@ -209,13 +110,14 @@ pub(super) async fn run(
             return held.into();
         }
     };
-    let target = endpoint.state().target.clone();
-    let target = match target {
+    let parsed = admitted.parsed.clone();
+    let target = match &parsed.target {
         Ok(target) => target,
         Err(reason) => {
             if admitted.probe {
-                endpoint.state().breaker.cancel_probe();
+                endpoint.cancel_probe();
             }
+            let reason = reason.clone();
             return settlement(d, SettleOutcome::Dead { reason }, None).into();
         }
     };
@@ -223,14 +125,14 @@ pub(super) async fn run(
         // The lease is gone (reaped and claimed again elsewhere): this attempt is not ours to
         // make. The release is fenced by the lease token, so it changes nothing.
         if admitted.probe {
-            endpoint.state().breaker.cancel_probe();
+            endpoint.cancel_probe();
         }
         return settlement(d, SettleOutcome::Release, None).into();
     };
     ctx.metrics.in_flight.inc();
     let report = ctx
         .clients
-        .attempt(&target, &d.message_id, &d.payload, deadline)
+        .attempt(target, &d.message_id, &d.payload, deadline)
         .instrument(tracing::debug_span!("attempt"))
         .await;
     tracing::debug!(
@@ -242,7 +144,7 @@ pub(super) async fn run(
     ctx.metrics.in_flight.dec();
     ctx.tenants.occupied(&d.tenant_id, report.duration);
     drop(admitted);
-    conclude_attempt(ctx, d, endpoint, report)
+    conclude_attempt(ctx, d, endpoint, &parsed.host, report)
 }
 
 /// When an attempt starting now must end: its total deadline from now. When that would not
@@ -293,7 +195,8 @@ fn deadline_within(now: Instant, lease_end: Instant, total: Duration) -> Option<
 fn conclude_attempt(
     ctx: &Arc<Ctx>,
     d: &Claimed,
-    endpoint: Arc<EndpointRuntime>,
+    endpoint: Arc<Runtime>,
+    host: &str,
     report: Report,
 ) -> Concluded {
     let now_ms = crate::clock::now_ms();
@@ -307,25 +210,18 @@ fn conclude_attempt(
         rand::rng().random(),
     );
     let now = Instant::now();
-    let (effects, host) = {
-        let mut s = endpoint.state();
-        let lane = s.lane_size(&ctx.settings, ctx.concurrency());
-        // This attempt's slot is free again: the limit bound if the lane is full without it,
-        // or deliveries are waiting at it.
-        let limit_bound = endpoint.pending() > 0
-            || endpoint.lane.in_use() + 1 >= governor::effective_limit(&s.governor, lane);
-        let attempt = Attempt {
-            took: report.duration,
-            lane,
-            limit_bound,
-        };
-        let effects = conclude(&mut s, &ctx.settings, &decision, attempt, now, now_ms);
-        (effects, s.host.clone())
+    let outcome = Outcome {
+        observation: decision.observation,
+        failed: decision.failed,
+        kind: decision.kind,
+        disables: decision.disable.is_some(),
     };
+    let policy = ctx.endpoint_policy();
+    let effects = endpoint.conclude(&policy, &outcome, report.duration, now, now_ms);
     observe(
         &ctx.metrics,
-        &endpoint.id,
-        &host,
+        endpoint.id(),
+        host,
         &report,
         &decision.observation,
         decision.failed,
@@ -428,15 +324,14 @@ fn requeue_after(ctx: &Arc<Ctx>, d: &Claimed, why: Why, delay: Duration) -> Sett
 /// the lane: what is ahead of it (this dispatcher's deliveries in and on their way to the lane,
 /// times the dispatchers sharing a fleet-wide one) at its measured service time, over its slots
 /// ([`crate::retry::ShedSettings::delay_after`]).
-fn requeue_shed(ctx: &Arc<Ctx>, d: &Claimed, rt: &EndpointRuntime) -> Settlement {
+fn requeue_shed(ctx: &Arc<Ctx>, d: &Claimed, rt: &Runtime) -> Settlement {
     let dispatchers = ctx.fleet.live_dispatchers();
-    let ahead = (rt.lane.in_use() + rt.pending()).saturating_mul(dispatchers);
-    let expected = {
-        let s = rt.state();
-        let lane = s.effective_lane(&ctx.settings, ctx.concurrency()).max(1);
-        s.service_ewma
-            .map(|t| t.mul_f64(f64::from(ahead.saturating_add(1)) / f64::from(lane)))
-    };
+    let ahead = rt.taken().saturating_mul(dispatchers);
+    let reading = rt.claim_reading(Instant::now(), &ctx.endpoint_policy(), 0);
+    let lane = reading.lane.max(1);
+    let expected = reading
+        .service
+        .map(|t| t.mul_f64(f64::from(ahead.saturating_add(1)) / f64::from(lane)));
     let delay = ctx.settings.shed.delay_after(
         expected,
         ctx.settings.lane_deadline,

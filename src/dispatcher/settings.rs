@@ -124,6 +124,18 @@ impl DispatchSettings {
         ((f64::from(concurrency) * self.lane_share).floor() as u32).max(1)
     }
 
+    /// What an endpoint's state follows at `concurrency`.
+    pub fn endpoint_policy(&self, concurrency: u32) -> crate::admission::EndpointPolicy<'_> {
+        crate::admission::EndpointPolicy {
+            lane_default: self.lane_size,
+            lane_ceiling: self.lane_ceiling(concurrency),
+            lane_headroom: self.lane_headroom,
+            lane_deadline: self.lane_deadline,
+            governor: &self.governor,
+            auto_disable_after: self.auto_disable_after,
+        }
+    }
+
     /// Every value of the dispatcher's own out of range; its parts (`shed`, `retry`,
     /// `governor`, `breaker`) list theirs with their own `problems`.
     ///

@@ -23,9 +23,9 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::Ctx;
-use super::conclude::FailingChange;
-use super::endpoints::EndpointRuntime;
+use super::endpoints::Runtime;
 use super::pipeline::{Concluded, EndpointWrites};
+use crate::admission::endpoint::FailingChange;
 use crate::delivery::{MAX_ERROR_BYTES, storable};
 use crate::metrics::{Count, PhaseLabel};
 use crate::model::{EndpointEvent, SettleOutcome, Settlement};
@@ -140,11 +140,11 @@ async fn write_endpoint(ctx: &Ctx, w: EndpointWrites) {
         FailingChange::Began(since) => {
             let _ = ctx
                 .store
-                .set_endpoint_failing(&endpoint.id, Some(since))
+                .set_endpoint_failing(endpoint.id(), Some(since))
                 .await;
         }
         FailingChange::Ended => {
-            let _ = ctx.store.set_endpoint_failing(&endpoint.id, None).await;
+            let _ = ctx.store.set_endpoint_failing(endpoint.id(), None).await;
         }
         FailingChange::Disable { since_ms } => {
             let now_ms = crate::clock::now_ms();
@@ -162,33 +162,33 @@ async fn write_endpoint(ctx: &Ctx, w: EndpointWrites) {
     }
 }
 
-async fn disable(ctx: &Ctx, endpoint: &EndpointRuntime, reason: &str) {
+async fn disable(ctx: &Ctx, endpoint: &Runtime, reason: &str) {
     let now_ms = crate::clock::now_ms();
     if let Err(e) = ctx
         .store
-        .set_endpoint_enabled(&endpoint.id, false, Some(reason), now_ms)
+        .set_endpoint_enabled(endpoint.id(), false, Some(reason), now_ms)
         .await
     {
-        tracing::warn!(error = %e, endpoint = %endpoint.id, "cannot disable endpoint");
-        endpoint.state().enabled = true;
+        tracing::warn!(error = %e, endpoint = %endpoint.id(), "cannot disable endpoint");
+        endpoint.set_enabled(true);
         return;
     }
-    endpoint.state().enabled = false;
-    tracing::info!(endpoint = %endpoint.id, reason, "endpoint disabled");
+    endpoint.set_enabled(false);
+    tracing::info!(endpoint = %endpoint.id(), reason, "endpoint disabled");
     record_event(ctx, endpoint, "disabled", reason).await;
     notify::notify(
         &ctx.store,
-        &endpoint.tenant_id,
+        endpoint.tenant_id(),
         notify::ENDPOINT_DISABLED,
-        notify::disabled_payload(&endpoint.id, reason),
+        notify::disabled_payload(endpoint.id(), reason),
     )
     .await;
 }
 
-async fn record_event(ctx: &Ctx, endpoint: &EndpointRuntime, kind: &str, detail: &str) {
+async fn record_event(ctx: &Ctx, endpoint: &Runtime, kind: &str, detail: &str) {
     let event = EndpointEvent {
-        tenant_id: endpoint.tenant_id.clone(),
-        endpoint_id: endpoint.id.clone(),
+        tenant_id: endpoint.tenant_id().to_owned(),
+        endpoint_id: endpoint.id().to_owned(),
         kind: kind.to_owned(),
         detail: detail.to_owned(),
         at_ms: crate::clock::now_ms(),

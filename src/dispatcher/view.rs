@@ -9,10 +9,8 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::Ctx;
-pub use super::endpoints::LaneBasis;
-use crate::admission::breaker::BreakerState;
+pub use crate::admission::LaneBasis;
 use crate::admission::fleet::mode::FleetMode;
-use crate::admission::governor;
 use crate::stats::WindowSnapshot;
 
 /// Which part of the dispatcher to look at.
@@ -153,10 +151,10 @@ impl Ctx {
         let (mut arrivals, mut weighted, mut samples) = (0.0, 0.0, 0u64);
         let mut endpoints = Vec::new();
         let keep = !matches!(look, Look::Pool);
+        let policy = self.endpoint_policy();
         for rt in &runtimes {
-            let s = rt.state();
-            let snapshot = (with_load || windows).then(|| s.window.snapshot(now));
-            if let (true, Some(snapshot)) = (with_load, &snapshot) {
+            let r = rt.reading(now, &policy, with_load || windows);
+            if let (true, Some(snapshot)) = (with_load, &r.window) {
                 arrivals += snapshot.delivered_per_s + snapshot.failed_per_s;
                 if let Some(mean) = snapshot.mean {
                     weighted += mean.as_secs_f64() * snapshot.samples as f64;
@@ -165,24 +163,21 @@ impl Ctx {
             }
             if keep {
                 endpoints.push(EndpointView {
-                    id: rt.id.clone(),
-                    tenant_id: rt.tenant_id.clone(),
-                    host: s.host.clone(),
-                    enabled: s.enabled,
-                    lane_size: s.lane_size(&self.settings, concurrency),
-                    lane_basis: s.lane_basis(),
-                    effective_lane: s.effective_lane(&self.settings, concurrency),
-                    lane_in_use: rt.lane.in_use(),
+                    id: rt.id().to_owned(),
+                    tenant_id: rt.tenant_id().to_owned(),
+                    host: r.parsed.host.clone(),
+                    enabled: r.enabled,
+                    lane_size: r.lane_size,
+                    lane_basis: r.lane_basis,
+                    effective_lane: r.lane_in_force,
+                    lane_in_use: rt.lane().in_use(),
                     pending: rt.pending(),
-                    governor_limit: s.governor.limit,
-                    paused: governor::is_paused(&s.governor, now),
-                    breaker: s.breaker.state_name(),
-                    breaker_holding: matches!(
-                        s.breaker.state(),
-                        BreakerState::Open { until, .. } if until > now
-                    ),
-                    service_ewma: s.service_ewma,
-                    window: snapshot.filter(|_| windows),
+                    governor_limit: r.governor_limit,
+                    paused: r.paused,
+                    breaker: r.breaker,
+                    breaker_holding: r.breaker_holding,
+                    service_ewma: r.service_ewma,
+                    window: r.window.filter(|_| windows),
                 });
             }
         }
@@ -226,9 +221,9 @@ impl Ctx {
     pub fn tenants(&self) -> Vec<TenantView> {
         let mut holds: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
         for rt in self.endpoints.all() {
-            let n = rt.lane.in_use() + rt.pending();
+            let n = rt.taken();
             if n > 0 {
-                *holds.entry(rt.tenant_id.clone()).or_default() += n;
+                *holds.entry(rt.tenant_id().to_owned()).or_default() += n;
             }
         }
         let concurrency = f64::from(self.concurrency().max(1));
