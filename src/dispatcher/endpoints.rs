@@ -198,9 +198,11 @@ impl Endpoints {
         }
     }
 
-    /// Is this runtime's configuration older than [`CONFIG_TTL`]?
+    /// Is this runtime's configuration expired ([`Runtime::expire_configuration`]: read at 0,
+    /// which no read gives) or older than [`CONFIG_TTL`]?
     fn stale(&self, rt: &Runtime) -> bool {
-        self.now_ms().saturating_sub(rt.loaded_at_ms()) >= CONFIG_TTL.as_millis() as u64
+        let loaded = rt.loaded_at_ms();
+        loaded == 0 || self.now_ms().saturating_sub(loaded) >= CONFIG_TTL.as_millis() as u64
     }
 
     /// The endpoint, with its configuration refreshed from the store when stale.
@@ -480,7 +482,12 @@ mod tests {
         assert_eq!(view(), 1);
         assert_eq!(view(), 1, "awake until found quiet");
         registry.rest(std::slice::from_ref(&rt));
+        assert!(!registry.stale(&rt), "read a moment ago");
         registry.invalidate(&id);
+        assert!(
+            registry.stale(&rt),
+            "a changed configuration is read again at once"
+        );
         assert_eq!(view(), 1, "its configuration changed");
         registry.rest(std::slice::from_ref(&rt));
         registry.view_key((32, 1, 0));
