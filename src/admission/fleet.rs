@@ -36,8 +36,11 @@
 //! heartbeat task probes about once a second and flips back when Redis answers. Both changes are
 //! logged once. Nothing is lost either way: a shed delivery is requeued by the caller.
 
+mod count;
 pub mod mode;
 mod scripts;
+
+pub use count::FleetCount;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
