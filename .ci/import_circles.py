@@ -26,7 +26,9 @@ import sys
 _BASICS = {"clock", "ids", "model", "setting"}
 _MECHANISMS = {"admission", "delivery", "egress", "metrics"}
 _UNDER_ORCHESTRATION = (
-    _BASICS | {"fairness", "pem", "retry", "signing", "sizing", "stats", "store"} | _MECHANISMS
+    _BASICS
+    | {"fairness", "pem", "retry", "shutdown", "signing", "sizing", "stats", "store"}
+    | _MECHANISMS
 )
 FLOORS = {
     # 1. The ground: leaves.
@@ -35,6 +37,7 @@ FLOORS = {
     "setting": set(),
     "pem": set(),
     "web": set(),
+    "shutdown": set(),
     # 2. The nouns.
     "model": {"clock", "ids"},
     # 3. Pure arithmetic: no I/O module.
@@ -47,7 +50,7 @@ FLOORS = {
     "store": {"clock", "fairness", "ids", "model"},
     # 5. The mechanisms, the listeners, `sluice receive`: none of them holds a store.
     "egress": {"pem", "setting"},
-    "admission": _BASICS | {"sizing", "stats"},
+    "admission": _BASICS | {"shutdown", "sizing", "stats"},
     "delivery": _BASICS | {"admission", "egress", "pem", "retry", "signing", "stats"},
     "metrics": _BASICS | {"delivery", "stats"},
     "listener": _BASICS | {"metrics", "web"},

@@ -41,6 +41,8 @@
 //! - [`sizing`]: Little's Law, square-root staffing, Erlang C, layout, autoscaling.
 //! - [`server`]: `sluice serve` as a call: the store, the dispatcher, the API and the console
 //!   wired together.
+//! - [`shutdown`]: one shutdown for the process: a root cancellation token, a child token per
+//!   phase of the drain, and the tracker every long-lived task is spawned on.
 //! - [`listener`]: the HTTP listeners' defences against slow, idle and too many clients.
 //! - [`web`]: what the API, the console and the listeners share: problem details
 //!   (`application/problem+json`) and the request body's deadline.
@@ -59,8 +61,8 @@
 //! A module imports only from the floors below its own (`.ci/import_circles.py` holds the same
 //! table, and fails CI on an import that runs up a floor and on any circle):
 //!
-//! 1. The ground: [`clock`], [`ids`] (which reads the clock), [`setting`], [`pem`] and [`web`]
-//!    import nothing else of sluice.
+//! 1. The ground: [`clock`], [`ids`] (which reads the clock), [`setting`], [`pem`], [`web`] and
+//!    [`shutdown`] import nothing else of sluice.
 //! 2. [`model`], the nouns: only [`clock`] and [`ids`].
 //! 3. Pure arithmetic: [`fairness`], [`retry`], [`stats`], [`sizing`] and [`signing`] import the
 //!    nouns and the ground, never an I/O module (no store, delivery, egress, HTTP, console…).
@@ -96,6 +98,7 @@ pub mod receive;
 pub mod retry;
 pub mod server;
 pub mod setting;
+pub mod shutdown;
 pub mod signing;
 pub mod sizing;
 pub mod stats;

@@ -6,7 +6,7 @@
 //! Nothing here is an attempt: a delivery turned away is [`Held`], and the caller requeues it
 //! (a shed or a hold never uses a retry, never feeds the error breaker).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use super::peers::Peers;
 use super::rate::Turns;
 use super::seats::Seat;
 use crate::model::RateLimit;
+use crate::shutdown::Shutdown;
 
 /// How often a delivery waiting for a fleet-wide slot asks again.
 const FLEET_RETRY: Duration = Duration::from_millis(20);
@@ -48,8 +49,8 @@ pub struct Gate<'a> {
     pub peers: &'a Peers,
     /// The global bound on attempts in flight.
     pub permits: &'a Semaphore,
-    /// Set when drain begins.
-    pub draining: &'a AtomicBool,
+    /// The process's shutdown: once it stops claiming (drain has begun), nothing is admitted.
+    pub shutdown: &'a Shutdown,
     /// The dispatcher's settings endpoints follow, for the concurrency in force.
     pub policy: EndpointPolicy<'a>,
 }
@@ -152,7 +153,7 @@ pub async fn admit<'a, C: Clone>(
     let Some(seat) = endpoint.seat(tenant_ceiling, probe) else {
         return Err(Held::TenantFull);
     };
-    if gate.draining.load(Ordering::Acquire) {
+    if gate.shutdown.is_draining() {
         return Err(Held::Draining);
     }
     // The leaser claims no more than the pool has room for, so a permit is normally free at
@@ -337,7 +338,7 @@ mod tests {
     /// instant of its next turn, takes no lane slot and is no shed; one within it is admitted.
     #[tokio::test(start_paused = true)]
     async fn the_rate_holds_before_the_lane_until_the_next_turn() {
-        let (permits, draining) = (Semaphore::new(8), AtomicBool::new(false));
+        let (permits, shutdown) = (Semaphore::new(8), Shutdown::new());
         let transitions = Mutex::new(FleetTransitions::default());
         let governor = GovernorSettings::default();
         let gate = Gate {
@@ -347,7 +348,7 @@ mod tests {
             longest_attempt: Duration::from_secs(15),
             peers: &Peers::alone(),
             permits: &permits,
-            draining: &draining,
+            shutdown: &shutdown,
             policy: EndpointPolicy {
                 lane_default: 8,
                 lane_ceiling: 16,

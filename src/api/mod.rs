@@ -63,8 +63,8 @@ pub struct AppState {
     pub max_payload_bytes: usize,
     /// How portal links are made (`POST /v1/portal-links`).
     pub portal_links: Arc<portal_links::PortalLinkSettings>,
-    /// Set as soon as shutdown begins: `/readyz` answers 503 from then on.
-    pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The process's shutdown: `/readyz` answers 503 from the moment it stops claiming.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 impl AppState {
@@ -90,8 +90,14 @@ impl AppState {
             tokens: Arc::new(auth::TokenCache::default()),
             max_payload_bytes,
             portal_links: Arc::default(),
-            draining: Arc::default(),
+            shutdown: crate::shutdown::Shutdown::new(),
         }
+    }
+
+    /// The same state, stopped by `shutdown`.
+    pub fn with_shutdown(mut self, shutdown: crate::shutdown::Shutdown) -> Self {
+        self.shutdown = shutdown;
+        self
     }
 
     /// The same state with these portal-link settings.

@@ -29,7 +29,7 @@ pub(super) async fn healthz() -> &'static str {
     responses((status = 200, body = String, content_type = "text/plain"),
         (status = 503, body = Problem, content_type = "application/problem+json")))]
 pub(super) async fn readyz(State(state): State<AppState>) -> Result<&'static str, Problem> {
-    if state.draining.load(std::sync::atomic::Ordering::Acquire) {
+    if state.shutdown.is_draining() {
         return Err(Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "draining: this process is shutting down and takes no new work",

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::Ctx;
 use crate::model::ClaimRequest;
 use crate::retry::Backoff;
+use crate::shutdown::Phase;
 
 /// Claim batches until drain begins; every delivery a claim returns is handed to a task.
 pub(super) async fn leaser(ctx: Arc<Ctx>) {
@@ -70,7 +71,7 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
                 tracing::warn!(error = %e, "claim failed; retrying in {wait:?}");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = ctx.stop_claiming.notified() => return,
+                    _ = ctx.shutdown.until(Phase::StopClaiming) => return,
                 }
                 continue;
             }
@@ -90,7 +91,7 @@ pub(super) async fn leaser(ctx: Arc<Ctx>) {
             tokio::select! {
                 _ = signal.notified() => {}
                 _ = ctx.capacity_freed(ctx.settings.idle_poll) => {}
-                _ = ctx.stop_claiming.notified() => return,
+                _ = ctx.shutdown.until(Phase::StopClaiming) => return,
             }
         }
         // Otherwise claim again at once: a batch smaller than the limit only means each due

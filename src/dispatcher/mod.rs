@@ -20,12 +20,11 @@ mod throttle_watch;
 mod view;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc};
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::admission::fleet::FleetLanes;
@@ -35,6 +34,7 @@ use crate::delivery::Clients;
 use crate::egress::EgressPolicy;
 use crate::metrics::Metrics;
 use crate::model::{Claimed, SettleOutcome, Settlement};
+use crate::shutdown::{Phase, Shutdown};
 use crate::store::SharedStore;
 
 use endpoints::Endpoints;
@@ -73,10 +73,12 @@ pub struct Ctx {
     unsettled: AtomicUsize,
     /// Signalled when an attempt ends or a settlement is written (capacity freed).
     capacity: Notify,
-    draining: AtomicBool,
-    /// Told when drain begins, so the leaser stops after the claim it is making.
-    stop_claiming: Notify,
-    inflight: Mutex<HashMap<i64, (i64, AbortHandle)>>,
+    /// The process's shutdown: drain begins when it stops claiming; every task of this
+    /// dispatcher is spawned on its tracker.
+    shutdown: Shutdown,
+    /// Deliveries whose attempt is under way, by delivery id: their lease tokens, for releasing
+    /// them if the drain's grace period ends first.
+    inflight: Mutex<HashMap<i64, i64>>,
     settle_tx: mpsc::Sender<SettleItem>,
     /// This dispatcher's id in the heartbeat table (new at every start).
     id: String,
@@ -116,7 +118,7 @@ impl Ctx {
 
     /// Has drain begun?
     pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
+        self.shutdown.is_draining()
     }
 
     /// What the next claim should know about endpoints this dispatcher has seen: those to skip
@@ -218,8 +220,10 @@ impl Ctx {
             })
             .await;
         };
-        let handle = tokio::spawn(tracing::Instrument::instrument(task, span));
-        inflight.insert(id, (token, handle.abort_handle()));
+        // Dropped at its next await once the drain's grace period is over; drain releases it.
+        self.shutdown
+            .spawn_until(Phase::Abandon, tracing::Instrument::instrument(task, span));
+        inflight.insert(id, token);
     }
 
     /// Hand a settlement to the settler: its slot of the pool is free from then (the
@@ -302,7 +306,7 @@ impl Ctx {
             longest_attempt: self.settings.timeout_caps.total,
             peers: &self.fleet.peers,
             permits: &self.attempts,
-            draining: &self.draining,
+            shutdown: &self.shutdown,
             policy: self.endpoint_policy(),
         }
     }
@@ -340,12 +344,13 @@ pub struct DrainReport {
 }
 
 impl Dispatcher {
-    /// A dispatcher over `store`.
+    /// A dispatcher over `store`, stopped by `shutdown`, its tasks spawned on its tracker.
     pub fn new(
         store: SharedStore,
         settings: DispatchSettings,
         metrics: Arc<Metrics>,
         fleet: Option<Arc<FleetLanes>>,
+        shutdown: Shutdown,
     ) -> Self {
         let settings = Arc::new(settings);
         let concurrency = settings.concurrency.initial();
@@ -373,8 +378,7 @@ impl Dispatcher {
             outstanding: AtomicUsize::new(0),
             unsettled: AtomicUsize::new(0),
             capacity: Notify::new(),
-            draining: AtomicBool::new(false),
-            stop_claiming: Notify::new(),
+            shutdown,
             inflight: Mutex::new(HashMap::new()),
             settle_tx,
             settings,
@@ -390,34 +394,34 @@ impl Dispatcher {
         self.ctx.clone()
     }
 
-    /// Run until `shutdown` resolves, then drain.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> DrainReport {
+    /// Run until the shutdown stops claiming, then drain: wait for the claim in progress,
+    /// give in-flight attempts the grace period, release what has not finished, and write the
+    /// settlements. The caller stops the rest ([`Shutdown::stop`]) once this returns.
+    pub async fn run(self) -> DrainReport {
         let ctx = self.ctx;
-        let settler = tokio::spawn(settler::run(ctx.clone(), self.settle_rx));
-        let leaser = tokio::spawn(leaser::leaser(ctx.clone()));
-        let reaper = tokio::spawn(reaper::reaper(ctx.clone()));
-        let autosize = tokio::spawn(autosize::autosize(ctx.clone()));
-        let throttle_watch = tokio::spawn(throttle_watch::watch(ctx.clone()));
-        let heartbeat = tokio::spawn(heartbeat::heartbeat(ctx.clone()));
-        shutdown.await;
+        let shutdown = ctx.shutdown.clone();
+        let _settler = shutdown.spawn_until(Phase::Stop, settler::run(ctx.clone(), self.settle_rx));
+        let leaser = shutdown.spawn(leaser::leaser(ctx.clone()));
+        shutdown.spawn_until(Phase::Drain, reaper::reaper(ctx.clone()));
+        shutdown.spawn_until(Phase::Drain, autosize::autosize(ctx.clone()));
+        shutdown.spawn_until(Phase::Drain, throttle_watch::watch(ctx.clone()));
+        let heartbeat =
+            shutdown.spawn_until(Phase::StopClaiming, heartbeat::heartbeat(ctx.clone()));
+        shutdown.until(Phase::StopClaiming).await;
         tracing::info!(
             "draining: no new claims; in-flight attempts get {:?}",
             ctx.settings.drain_grace
         );
-        ctx.draining.store(true, Ordering::Release);
-        heartbeat.abort();
+        let _ = heartbeat.await;
         // No longer a replica from this moment: the scale signal stops counting it.
         ctx.beat(true).await;
-        // The leaser is asked to stop, never aborted: aborting it during a claim would drop
-        // the claim's answer after the database had committed its leases, and those deliveries
-        // would stay leased, seen by no one, until their leases expired. It finishes the claim
-        // it is making (bounded by the store deadline) and hands every delivery it got to a
-        // task, which releases it at once (drain has begun) or counts as in flight below.
-        ctx.stop_claiming.notify_one();
+        // The leaser is asked to stop, never dropped mid-claim: dropping it during a claim would
+        // lose the claim's answer after the database had committed its leases, and those
+        // deliveries would stay leased, seen by no one, until their leases expired. It finishes
+        // the claim it is making (bounded by the store deadline) and hands every delivery it got
+        // to a task, which releases it at once (drain has begun) or counts as in flight below.
         let _ = leaser.await;
-        reaper.abort();
-        autosize.abort();
-        throttle_watch.abort();
+        shutdown.begin_drain();
         let started = ctx.outstanding();
         let deadline = Instant::now() + ctx.settings.drain_grace;
         while ctx.outstanding() > 0 && Instant::now() < deadline {
@@ -427,13 +431,8 @@ impl Dispatcher {
         // webhook-id goes out again later).
         let leftover: Vec<(i64, i64)> = {
             let mut inflight = ctx.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            inflight
-                .drain()
-                .map(|(id, (token, handle))| {
-                    handle.abort();
-                    (id, token)
-                })
-                .collect()
+            shutdown.abandon_attempts();
+            inflight.drain().collect()
         };
         let released = leftover.len();
         for (delivery_id, lease_token) in leftover {
@@ -456,7 +455,6 @@ impl Dispatcher {
         while ctx.unfinished() > 0 && Instant::now() < flush_deadline {
             ctx.capacity_freed(Duration::from_millis(50)).await;
         }
-        settler.abort();
         if let Some(fleet) = &ctx.fleet.lanes {
             fleet.leave().await;
         }

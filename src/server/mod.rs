@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_util::sync::DropGuard;
 
 use crate::admission::fleet::{FleetLanes, FleetSettings};
 use crate::api::{self, AppState, MetricsOn, auth::ADMIN_TOKEN_SETTING};
@@ -16,6 +16,7 @@ use crate::console::settings::ConsoleSettings;
 use crate::dispatcher::{Ctx, Dispatcher, DrainReport};
 use crate::listener::{self, Kind};
 use crate::metrics::Metrics;
+use crate::shutdown::{Phase, Shutdown};
 use crate::store::deadline::Bounded;
 use crate::store::postgres::PostgresOptions;
 use crate::store::{self, SharedStore, StoreError, sqlite::SqliteOptions};
@@ -100,14 +101,15 @@ pub struct Running {
     pub dispatcher: Option<Arc<Ctx>>,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
-    shutdown: oneshot::Sender<()>,
+    /// Begins the drain when dropped: by [`Running::stop`], or with this handle.
+    stop_claiming: DropGuard,
     task: JoinHandle<DrainReport>,
 }
 
 impl Running {
     /// Stop claiming, drain in-flight work, stop the API, and report the drain.
     pub async fn stop(self) -> DrainReport {
-        let _ = self.shutdown.send(());
+        drop(self.stop_claiming);
         self.task.await.unwrap_or_default()
     }
 }
@@ -133,6 +135,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
     let store = Bounded::wrap(store, config.store_deadline);
     let (admin_hash, generated_admin_token) = admin_token(&store, &config).await?;
     let metrics = Arc::new(Metrics::with_settings(config.metrics));
+    let shutdown = Shutdown::new();
 
     let fleet = match &config.redis_url {
         Some(url) if config.role.runs_dispatcher() => {
@@ -156,6 +159,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             config.dispatch.clone(),
             metrics.clone(),
             fleet,
+            shutdown.clone(),
         )
     });
     let ctx = dispatcher.as_ref().map(Dispatcher::ctx);
@@ -191,16 +195,15 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         config.max_payload_bytes,
         config.store_deadline,
     )
-    .with_portal_links(config.console.portal_links());
+    .with_portal_links(config.console.portal_links())
+    .with_shutdown(shutdown.clone());
     let console = config.console.clone();
 
     let http_settings = config.http;
     let http_metrics = Arc::clone(&metrics);
-    let (shutdown, shutdown_rx) = oneshot::channel::<()>();
-    let draining = state.draining.clone();
+    let stop_claiming = shutdown.stop_claiming_on_drop();
+    // Not on the tracker: this task waits for everything on it to end.
     let task = tokio::spawn(async move {
-        let (http_stop, http_stopped) = tokio::sync::watch::channel(false);
-        let mut servers = Vec::new();
         for (listener, router, (max, per_peer), kind) in [
             (
                 api_listener,
@@ -216,8 +219,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             ),
         ] {
             let Some(listener) = listener else { continue };
-            let mut stopped = http_stopped.clone();
-            let serve = listener::serve(
+            shutdown.spawn(listener::serve(
                 listener,
                 router,
                 http_settings,
@@ -225,30 +227,21 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
                 per_peer,
                 kind,
                 Arc::clone(&http_metrics),
-                async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                },
-            );
-            servers.push(tokio::spawn(serve));
+                shutdown.until_owned(Phase::Stop),
+            ));
         }
-        let begin_drain = async move {
-            let _ = shutdown_rx.await;
-            // Not ready from the first moment of the drain: load balancers and Kubernetes
-            // stop sending work while in-flight attempts finish.
-            draining.store(true, std::sync::atomic::Ordering::Release);
-        };
+        // From the first moment of the drain `/readyz` answers 503: load balancers and
+        // Kubernetes stop sending work while in-flight attempts finish.
         let report = match dispatcher {
-            Some(d) => d.run(begin_drain).await,
+            Some(d) => d.run().await,
             None => {
-                begin_drain.await;
+                shutdown.until(Phase::StopClaiming).await;
                 DrainReport::default()
             }
         };
-        let _ = http_stop.send(true);
-        // Each server lets requests in progress finish for a bounded time, then closes the rest.
-        for server in servers {
-            let _ = server.await;
-        }
+        // Each listener lets requests in progress finish for a bounded time, then closes the
+        // rest; the settler and anything else still running stop.
+        shutdown.stopped().await;
         report
     });
     Ok(Running {
@@ -258,7 +251,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
         store,
         dispatcher: ctx,
         metrics,
-        shutdown,
+        stop_claiming,
         task,
     })
 }
