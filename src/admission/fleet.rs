@@ -36,6 +36,7 @@
 //! heartbeat task probes about once a second and flips back when Redis answers. Both changes are
 //! logged once. Nothing is lost either way: a shed delivery is requeued by the caller.
 
+pub mod count;
 pub mod mode;
 mod scripts;
 

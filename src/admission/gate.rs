@@ -15,8 +15,10 @@ use tokio::time::Instant;
 
 use super::endpoint::{EndpointPolicy, EndpointRuntime};
 use super::fleet::FleetRate;
+use super::fleet::count::FleetCount;
 use super::fleet::mode::{FleetMode, FleetTransitions};
 use super::fleet::{FleetAcquire, FleetLanes, FleetSlot};
+use super::held::Held;
 use super::lane::LaneSlot;
 use super::peers::Peers;
 use super::rate::Turns;
@@ -30,79 +32,6 @@ const FLEET_RETRY: Duration = Duration::from_millis(20);
 /// How long a process without a share of a rate limit (Redis away, or none configured and more
 /// dispatchers live than the burst has turns) holds a delivery before asking again.
 const NO_SHARE_RETRY: Duration = Duration::from_secs(1);
-
-/// Why a claimed delivery is not attempted now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
-    /// The endpoint is disabled.
-    Disabled,
-    /// A Retry-After pause runs until then (or for a moment, when it has no end).
-    Paused {
-        /// When the pause ends.
-        until: Option<Instant>,
-    },
-    /// The breaker is open until then.
-    BreakerOpen {
-        /// When it lets a probe through.
-        until: Instant,
-    },
-    /// The endpoint's rate limit has no turn before then.
-    RateLimited {
-        /// The exact instant its next turn is free.
-        until: Instant,
-    },
-    /// No lane slot (this process's, or the fleet's) within the acquisition deadline.
-    Shed,
-    /// The tenant holds all the pool its ceiling allows.
-    TenantFull,
-    /// Drain began before the attempt.
-    Draining,
-}
-
-/// This process's fleet-wide admissions to one endpoint: how many it has in flight, and how
-/// many it held when the current Redis outage began.
-#[derive(Debug, Default)]
-pub struct FleetCount {
-    in_flight: AtomicU32,
-    at_outage: Mutex<Option<(Instant, u32)>>,
-}
-
-impl FleetCount {
-    /// Attempts in flight under fleet admission.
-    pub fn in_flight(&self) -> u32 {
-        self.in_flight.load(Ordering::Acquire)
-    }
-
-    /// Count one more if fewer than `limit` are in flight; atomically.
-    fn try_reserve(&self, limit: u32) -> bool {
-        self.in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .is_ok()
-    }
-
-    fn reserve(&self) {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-    }
-
-    fn unreserve(&self) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// How many were in flight when the outage that began at `since` was first seen here.
-    fn held_at_outage(&self, since: Instant) -> u32 {
-        let mut at = self.at_outage.lock().unwrap_or_else(|p| p.into_inner());
-        match *at {
-            Some((seen, n)) if seen == since => n,
-            _ => {
-                let n = self.in_flight();
-                *at = Some((since, n));
-                n
-            }
-        }
-    }
-}
 
 /// The dispatcher's gates: what every admission goes through.
 pub struct Gate<'a> {

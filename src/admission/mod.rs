@@ -18,10 +18,13 @@ pub mod endpoint;
 pub mod fleet;
 mod gate;
 pub mod governor;
+mod held;
 pub mod lane;
 pub mod peers;
 pub mod rate;
 pub mod seats;
 
 pub use endpoint::{EndpointPolicy, EndpointRuntime, LaneBasis};
-pub use gate::{Admitted, FleetCount, Gate, Held, admit};
+pub use fleet::count::FleetCount;
+pub use gate::{Admitted, Gate, admit};
+pub use held::Held;

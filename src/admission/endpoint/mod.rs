@@ -23,8 +23,9 @@ use tokio::time::Instant;
 pub use conclude::{Attempt, Effects, FailingChange, LANE_RESIZE, Outcome};
 
 use super::breaker::{Admission, Breaker, BreakerSettings, BreakerState};
-use super::gate::{FleetCount, Held};
+use super::fleet::count::FleetCount;
 use super::governor::{self, GovernorSettings, GovernorState};
+use super::held::Held;
 use super::lane::Lane;
 use super::rate::Turns;
 use super::seats::{Seat, Seats};
