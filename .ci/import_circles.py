@@ -54,17 +54,17 @@ FLOORS = {
     "delivery": _BASICS | {"admission", "egress", "pem", "retry", "signing", "stats"},
     "metrics": _BASICS | {"delivery", "stats"},
     "listener": _BASICS | {"metrics", "web"},
-    "receive": {"clock", "signing"},
+    "demo_receiver": {"clock", "signing"},
     # 6. Orchestration and the edges, the only modules that hold a store; start-up on top.
-    "notify": _BASICS | {"store"},
-    "dispatcher": _UNDER_ORCHESTRATION | {"notify"},
+    "operational_webhooks": _BASICS | {"store"},
+    "dispatcher": _UNDER_ORCHESTRATION | {"operational_webhooks"},
     "plan": _UNDER_ORCHESTRATION | {"dispatcher"},
-    "api": _UNDER_ORCHESTRATION | {"dispatcher", "notify", "web"},
+    "api": _UNDER_ORCHESTRATION | {"dispatcher", "operational_webhooks", "web"},
     "console": _UNDER_ORCHESTRATION | {"api", "dispatcher", "plan", "web"},
     "config": _UNDER_ORCHESTRATION | {"console", "dispatcher", "listener"},
-    "server": _UNDER_ORCHESTRATION
-    | {"api", "config", "console", "dispatcher", "listener", "notify", "web"},
-    "cli": _UNDER_ORCHESTRATION | {"config", "plan", "receive", "server"},
+    "serve": _UNDER_ORCHESTRATION
+    | {"api", "config", "console", "dispatcher", "listener", "operational_webhooks", "web"},
+    "cli": _UNDER_ORCHESTRATION | {"config", "demo_receiver", "plan", "serve"},
 }
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")

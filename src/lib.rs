@@ -24,12 +24,14 @@
 //!   as far as free capacity allows, the reaper returns expired leases and forgets idle
 //!   endpoints, the auto-sizer follows live load, the heartbeat publishes this dispatcher's load
 //!   to the store, and drain releases what has not started.
-//! - [`notify`]: operational webhooks (an endpoint disabled, throttling, dead letters).
+//! - [`operational_webhooks`]: the notices sent to a tenant's operational webhook (an endpoint
+//!   disabled, throttling, dead letters).
 //! - [`metrics`]: the Prometheus registry (`webhook_deliveries_ok_total`,
 //!   `webhook_deliveries_shed_total`, `delivery_duration_seconds{host}` and the `sluice_` family),
 //!   per-endpoint series for the top-N endpoints by occupancy only, `process_*`.
 //! - [`plan`]: `sluice plan`, sizing from a running sluice's measurements or its store.
-//! - [`receive`]: `sluice receive`, a receiver that prints webhooks and checks their signatures.
+//! - [`demo_receiver`]: `sluice receive`, a receiver that prints webhooks and checks their
+//!   signatures.
 //!
 //! The benchmarks (`sluice bench`, crate `sluice-bench`) and what tests and benchmarks share
 //! (loopback receivers, an in-process harness: crate `sluice-testkit`) live in their own
@@ -39,7 +41,7 @@
 //!   and their hashes.
 //! - [`stats`]: rolling per-endpoint windows and the evidence arithmetic.
 //! - [`sizing`]: Little's Law, square-root staffing, Erlang C, layout, autoscaling.
-//! - [`server`]: `sluice serve` as a call: the store, the dispatcher, the API and the console
+//! - [`serve`]: `sluice serve` as a call: the store, the dispatcher, the API and the console
 //!   wired together.
 //! - [`shutdown`]: one shutdown for the process: a root cancellation token, a child token per
 //!   phase of the drain, and the tracker every long-lived task is spawned on.
@@ -69,11 +71,11 @@
 //! 4. [`store`]: only [`model`], [`clock`], [`ids`] and [`fairness`] (its claim applies the fair
 //!    shares). It never reaches up for a type: the nouns it keeps are the model's.
 //! 5. The mechanisms: [`egress`], [`admission`], [`delivery`] (over admission and egress) and
-//!    [`metrics`] (over delivery), then [`listener`] and [`receive`]. None of them imports the
+//!    [`metrics`] (over delivery), then [`listener`] and [`demo_receiver`]. None of them imports the
 //!    store: what they need of a row comes as a noun.
-//! 6. Orchestration and the edges, the only modules that hold a store: [`notify`] (the
-//!    operational-webhook sender), [`dispatcher`], [`plan`], [`api`], [`console`]; above them
-//!    the start-up: [`config`], [`server`] (the serve wiring) and [`cli`].
+//! 6. Orchestration and the edges, the only modules that hold a store:
+//!    [`operational_webhooks`] (their sender), [`dispatcher`], [`plan`], [`api`], [`console`]; above them
+//!    the start-up: [`config`], [`serve`] (the serve wiring) and [`cli`].
 
 #![forbid(unsafe_code)]
 
@@ -84,6 +86,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod delivery;
+pub mod demo_receiver;
 pub mod dispatcher;
 pub mod egress;
 pub mod fairness;
@@ -91,12 +94,11 @@ pub mod ids;
 pub mod listener;
 pub mod metrics;
 pub mod model;
-pub mod notify;
+pub mod operational_webhooks;
 pub mod pem;
 pub mod plan;
-pub mod receive;
 pub mod retry;
-pub mod server;
+pub mod serve;
 pub mod setting;
 pub mod shutdown;
 pub mod signing;

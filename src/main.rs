@@ -109,7 +109,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config: Config = raw.validate()?;
     let store = store_name(config.database_url.as_deref(), &config.data_dir);
     let role = config.role;
-    let running = sluice::server::start(config).await?;
+    let running = sluice::serve::start(config).await?;
     match running.addr {
         Some(addr) => tracing::info!(%addr, ?role, %store, "sluice listening on http://{addr}"),
         None => tracing::info!(?role, %store, "sluice dispatcher running"),
@@ -148,7 +148,7 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     sluice::delivery::install_tls_provider();
     sluice::store::open(database_url.as_deref(), &data_dir, Default::default())
         .await
-        .map_err(sluice::server::ServerError::from)?;
+        .map_err(sluice::serve::StartError::from)?;
     println!(
         "store migrated: {}",
         store_name(database_url.as_deref(), &data_dir)
@@ -265,6 +265,6 @@ async fn receive(args: ReceiveArgs) -> anyhow::Result<()> {
         .map(sluice::signing::Secret::parse)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
-    sluice::receive::print_forever(args.listen, secret).await?;
+    sluice::demo_receiver::print_forever(args.listen, secret).await?;
     Ok(())
 }

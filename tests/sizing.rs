@@ -47,7 +47,7 @@ async fn plan_measures_a_running_sluice_from_its_metrics_and_store() {
         admin_token: Some(ADMIN.into()),
         ..RawSettings::default()
     };
-    let running = sluice::server::start(settings.validate().expect("valid config"))
+    let running = sluice::serve::start(settings.validate().expect("valid config"))
         .await
         .expect("sluice starts");
     let receiver = receiver::start(Behavior::Slow(Duration::from_millis(200)), false)

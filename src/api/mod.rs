@@ -117,7 +117,7 @@ pub enum MetricsOn {
 }
 
 /// The API router alone, ready to serve: [`routes`] inside [`edge`]. `sluice serve` merges
-/// the console in between (`server`).
+/// the console in between ([`crate::serve`]).
 pub fn router(state: AppState, metrics: MetricsOn) -> Router {
     let metrics_registry = Arc::clone(&state.metrics);
     edge(routes(state, metrics), metrics_registry)

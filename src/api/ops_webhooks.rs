@@ -3,7 +3,7 @@
 //! throttled (sustained shedding above 20 % of offered), or a message is dead-lettered.
 //!
 //! The URL is stored as an endpoint with `operational = true` and a fixed id per tenant, so a
-//! tenant has at most one; [`notify`] enqueues a message addressed to it alone.
+//! tenant has at most one; [`send`](crate::operational_webhooks::send) enqueues a message addressed to it alone.
 
 use axum::Json;
 use axum::extract::State;
@@ -16,7 +16,7 @@ use super::endpoints::checks::check_destination;
 use super::endpoints::new_endpoint;
 use super::views::{EndpointOut, check_text};
 use super::{AppState, Body};
-use crate::notify::*;
+use crate::operational_webhooks::*;
 use crate::store::StoreError;
 use crate::web::problem::{ApiResult, Problem};
 

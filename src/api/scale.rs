@@ -13,7 +13,7 @@ use super::auth::Admin;
 use super::page::Q;
 use crate::model::QueueStats;
 use crate::sizing::ScalingPolicy;
-use crate::sizing::fleet::FleetLoad;
+use crate::sizing::heartbeats::FleetLoad;
 use crate::sizing::signal::{ScaleSignal, max_oldest_ready_age_s, scale_signal};
 use crate::web::problem::{ApiResult, Problem};
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::metrics::Metrics;
 use crate::model::Heartbeat;
 use crate::plan::Scrape;
-use crate::sizing::fleet::{FleetRates, HostShares};
+use crate::sizing::heartbeats::{FleetRates, HostShares};
 use crate::store::SharedStore;
 
 /// Time between readings.

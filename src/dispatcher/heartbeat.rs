@@ -120,9 +120,9 @@ impl Ctx {
     }
 }
 
-/// Beat every interval until aborted, and every [`UNNAMED_RETRY`] while a beat could not name
-/// its process's liveness (a dispatcher killed then would count until its row went stale, three
-/// intervals); purge long-dead dispatchers' rows now and then.
+/// Beat every interval until the drain stops it, and every [`UNNAMED_RETRY`] while a beat could
+/// not name its process's liveness (a dispatcher killed then would count until its row went
+/// stale, three intervals); purge long-dead dispatchers' rows now and then.
 pub(super) async fn heartbeat(ctx: Arc<Ctx>) {
     let interval = ctx.settings.heartbeat_interval;
     let mut next_beat = tokio::time::Instant::now();

@@ -21,7 +21,8 @@ const PURGE_REST: u32 = 3;
 /// dispatcher is dead and its leases are expired early: one missed beat is a hiccup, two are not.
 const DEAD_AFTER_BEATS: u32 = 2;
 
-/// Return expired leases on an interval until aborted, and apply retention now and then.
+/// Return expired leases on an interval until the drain stops it, and apply retention now and
+/// then.
 pub(super) async fn reaper(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.reap_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

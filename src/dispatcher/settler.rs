@@ -29,7 +29,7 @@ use crate::admission::endpoint::FailingChange;
 use crate::delivery::{MAX_ERROR_BYTES, storable};
 use crate::metrics::{Count, PhaseLabel};
 use crate::model::{EndpointEvent, SettleOutcome, Settlement};
-use crate::notify;
+use crate::operational_webhooks;
 use crate::retry::Backoff;
 use crate::store::{Store, StoreError, StoreResult};
 
@@ -111,7 +111,7 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
                     .store
                     .row_ids()
                     .format(crate::ids::DELIVERY, settlement.delivery_id);
-                let payload = notify::dead_letter_payload(
+                let payload = operational_webhooks::dead_letter_payload(
                     &meta.endpoint_id,
                     &meta.message_id,
                     &delivery_id,
@@ -119,7 +119,13 @@ pub(super) async fn run(ctx: Arc<Ctx>, mut rx: mpsc::Receiver<SettleItem>) {
                 );
                 let (store, tenant) = (ctx.store.clone(), meta.tenant_id.clone());
                 tokio::spawn(async move {
-                    notify::notify(&store, &tenant, notify::MESSAGE_DEAD_LETTERED, payload).await;
+                    operational_webhooks::send(
+                        &store,
+                        &tenant,
+                        operational_webhooks::MESSAGE_DEAD_LETTERED,
+                        payload,
+                    )
+                    .await;
                 });
             }
         }
@@ -176,11 +182,11 @@ async fn disable(ctx: &Ctx, endpoint: &Runtime, reason: &str) {
     endpoint.set_enabled(false);
     tracing::info!(endpoint = %endpoint.id(), reason, "endpoint disabled");
     record_event(ctx, endpoint, "disabled", reason).await;
-    notify::notify(
+    operational_webhooks::send(
         &ctx.store,
         endpoint.tenant_id(),
-        notify::ENDPOINT_DISABLED,
-        notify::disabled_payload(endpoint.id(), reason),
+        operational_webhooks::ENDPOINT_DISABLED,
+        operational_webhooks::disabled_payload(endpoint.id(), reason),
     )
     .await;
 }

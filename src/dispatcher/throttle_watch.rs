@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::Ctx;
 use super::view::{EndpointView, Look};
-use crate::notify::{ENDPOINT_THROTTLED, notify};
+use crate::operational_webhooks::{self, ENDPOINT_THROTTLED};
 
 /// Shed share of offered above which an endpoint counts as throttled.
 const THROTTLE_SHARE: f64 = 0.2;
@@ -27,14 +27,14 @@ const REMEDY: &str = "answer 2xx at once and do the work out of band (queue it o
     side), so each delivery holds a lane slot for milliseconds instead of the whole processing \
     time";
 
-/// Watch `ctx`'s endpoints until the task is aborted (drain).
+/// Watch `ctx`'s endpoints until the drain stops it.
 pub(super) async fn watch(ctx: Arc<Ctx>) {
     let mut notified: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::time::sleep(THROTTLE_CHECK).await;
         let view = ctx.view(Look::Endpoints { windows: true });
         for (tenant, payload) in due(&view.endpoints, &mut notified, Instant::now()) {
-            notify(&ctx.store, &tenant, ENDPOINT_THROTTLED, payload).await;
+            operational_webhooks::send(&ctx.store, &tenant, ENDPOINT_THROTTLED, payload).await;
         }
     }
 }

@@ -41,7 +41,7 @@ pub struct Heartbeat {
 /// other host's seconds in `other`, so the sum is always the dispatcher's whole time. A named
 /// host's figure is its whole time since the start, whenever it joined the named ones; like
 /// the [`Tally`], every figure starts at 0 with the process. See
-/// [`crate::sizing::fleet::HostShares`] for how a reader takes shares from two of them.
+/// [`crate::sizing::heartbeats::HostShares`] for how a reader takes shares from two of them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostSeconds {
     /// Seconds per named host.
@@ -78,7 +78,7 @@ impl HostSeconds {
 }
 
 /// A dispatcher's cumulative counts since it started, carried by its heartbeat: a reader takes
-/// rates from two of them (see [`crate::sizing::fleet::FleetRates`]). They start at 0 with
+/// rates from two of them (see [`crate::sizing::heartbeats::FleetRates`]). They start at 0 with
 /// every process, so a count lower than the one before means a restart.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Tally {

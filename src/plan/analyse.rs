@@ -77,7 +77,7 @@ pub struct Measurements {
     /// The live fleet (dispatchers with a fresh heartbeat) when it was readable: then the
     /// arrival rate, mean service time and current concurrency are the whole fleet's, not one
     /// process's.
-    pub fleet: Option<crate::sizing::fleet::FleetLoad>,
+    pub fleet: Option<crate::sizing::heartbeats::FleetLoad>,
 }
 
 /// Knobs for turning measurements into a plan.
@@ -259,7 +259,7 @@ pub fn from_scrapes(before: &Scrape, after: &Scrape, elapsed_s: f64) -> Measurem
     // dispatcher of many, measures only itself, the fleet gauges measure all of them.
     let fleet_gauge = |name: &str| after.sum(name).filter(|v| v.is_finite() && *v >= 0.0);
     if let Some(n) = fleet_gauge("sluice_fleet_dispatchers").filter(|n| *n >= 1.0) {
-        m.use_fleet(crate::sizing::fleet::FleetLoad {
+        m.use_fleet(crate::sizing::heartbeats::FleetLoad {
             dispatchers: n as u32,
             draining: 0,
             in_flight: fleet_gauge("sluice_fleet_in_flight").unwrap_or(0.0) as u32,
@@ -274,7 +274,7 @@ pub fn from_scrapes(before: &Scrape, after: &Scrape, elapsed_s: f64) -> Measurem
 
 impl Measurements {
     /// Take the fleet's load and concurrency in place of one process's.
-    pub fn use_fleet(&mut self, fleet: crate::sizing::fleet::FleetLoad) {
+    pub fn use_fleet(&mut self, fleet: crate::sizing::heartbeats::FleetLoad) {
         if fleet.dispatchers == 0 {
             return;
         }

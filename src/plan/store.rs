@@ -116,8 +116,10 @@ pub async fn read_store(
         .heartbeat_fresh()
         .as_millis() as i64;
     let since = now_ms - fresh_ms;
-    let fleet =
-        crate::sizing::fleet::FleetLoad::from_heartbeats(&store.heartbeats(since).await?, since);
+    let fleet = crate::sizing::heartbeats::FleetLoad::from_heartbeats(
+        &store.heartbeats(since).await?,
+        since,
+    );
     if fleet.dispatchers > 0 {
         reading.measurements.current_concurrency = Some(fleet.concurrency);
         reading.measurements.fleet = Some(fleet);

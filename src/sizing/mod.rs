@@ -5,7 +5,7 @@
 
 pub mod autoscale;
 pub mod erlang;
-pub mod fleet;
+pub mod heartbeats;
 pub mod layout;
 mod numbers;
 pub mod report;

@@ -407,11 +407,13 @@ async fn the_operational_webhook_is_notified_signed_through_the_delivery_machine
     s.send(&token, "order.paid", json!({})).await;
 
     let store = s.running.store.clone();
-    let payload = sluice::notify::dead_letter_payload("ep_x", "msg_x", "dlv_x", "http_500");
-    sluice::notify::notify(&store, &tenant, "sluice.message.dead_lettered", payload).await;
+    let payload =
+        sluice::operational_webhooks::dead_letter_payload("ep_x", "msg_x", "dlv_x", "http_500");
+    sluice::operational_webhooks::send(&store, &tenant, "sluice.message.dead_lettered", payload)
+        .await;
     // A notice about the operational endpoint itself is dropped.
-    let own = sluice::notify::disabled_payload(&id, "gone");
-    sluice::notify::notify(&store, &tenant, "sluice.endpoint.disabled", own).await;
+    let own = sluice::operational_webhooks::disabled_payload(&id, "gone");
+    sluice::operational_webhooks::send(&store, &tenant, "sluice.endpoint.disabled", own).await;
     for _ in 0..100 {
         if ops.record.requests() >= 1 {
             break;

@@ -11,7 +11,7 @@ use super::BenchArgs;
 use sluice::config::RawSettings;
 use sluice::dispatcher::Ctx;
 use sluice::metrics::Metrics;
-use sluice::server::Running;
+use sluice::serve::Running;
 use sluice_testkit::Sluice as Embedded;
 
 /// A sluice to drive.

@@ -9,7 +9,7 @@ pub const ADMIN: &str = "test-admin-token-0123456789";
 /// A sluice running in this process on 127.0.0.1:0, with a client and helpers.
 pub struct Sluice {
     /// The server.
-    pub running: sluice::server::Running,
+    pub running: sluice::serve::Running,
     /// `http://127.0.0.1:PORT`
     pub base: String,
     /// HTTP client.
@@ -48,7 +48,7 @@ impl Sluice {
         let config = raw
             .validate()
             .map_err(|e| anyhow::anyhow!("settings: {e}"))?;
-        let running = sluice::server::start(config).await?;
+        let running = sluice::serve::start(config).await?;
         let addr = running.addr.context("the sluice has no API listener")?;
         Ok(Sluice {
             base: format!("http://{addr}"),

@@ -6,7 +6,7 @@ use maud::{Markup, html};
 
 use crate::console::page;
 use crate::model::Heartbeat;
-use crate::sizing::fleet::{FleetRates, FleetTotals};
+use crate::sizing::heartbeats::{FleetRates, FleetTotals};
 
 /// The table and the totals; `rates` is `None` without a reading old enough to take them from.
 pub fn table(beats: Option<&[Heartbeat]>, rates: Option<&FleetRates>, now_ms: i64) -> Markup {

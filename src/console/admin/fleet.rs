@@ -20,7 +20,7 @@ use crate::console::charts::{self, Series};
 use crate::console::page::{self, ConsoleError};
 use crate::console::sampler::{Reading, fleet_between, occupancy_shares};
 use crate::model::HostSeconds;
-use crate::sizing::fleet::{HostShares, Rates};
+use crate::sizing::heartbeats::{HostShares, Rates};
 
 /// Hosts each heartbeat names; the rest are "other hosts".
 pub const HOST_TOP: usize = HostSeconds::TOP;

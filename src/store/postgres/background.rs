@@ -60,15 +60,14 @@ impl DueVacuum {
 /// was empty then (a new install, a restored schema, a bench's fresh database) it knows "10
 /// pages": a settle's generic plan reads `deliveries` from end to end rather than by key, and
 /// keeps doing so while the table grows to hundreds of thousands of rows, until autovacuum's first
-/// ANALYZE (a minute or more later) invalidates the plans. `sluice bench throughput` on a fresh
-/// PostgreSQL database showed it: settles of 100–500 ms each (a sequential scan removing 100,000
-/// rows to update 60), a backlog of 100,000 still undelivered after the drain. So once this
-/// process has written [`FIRST_ANALYZE_AFTER`] deliveries it analyzes the queue tables once
-/// itself: the new statistics, and the invalidation that comes with them, make every connection
-/// plan its statements again, by key. Later statistics are autovacuum's, and a process that
-/// starts on a grown queue (statistics of at least that many deliveries) takes none: analyzing
-/// months of history cost about a second of server CPU in the middle of whatever the process
-/// did first (`sluice bench history`, 10,000,000 delivered rows).
+/// ANALYZE (a minute or more later) invalidates the plans: every settle is then a sequential
+/// scan, and the backlog grows behind it (BENCHMARKS.md, the PostgreSQL section, has the
+/// figures). So once this process has written [`FIRST_ANALYZE_AFTER`] deliveries it analyzes
+/// the queue tables once itself: the new statistics, and the invalidation that comes with them,
+/// make every connection plan its statements again, by key. Later statistics are autovacuum's,
+/// and a process that starts on a grown queue (statistics of at least that many deliveries)
+/// takes none: analyzing months of history costs server CPU in the middle of whatever the
+/// process does first.
 #[derive(Default)]
 pub(super) struct FirstAnalyze {
     written: std::sync::atomic::AtomicU64,
@@ -161,8 +160,8 @@ pub(super) async fn warn_without_autovacuum(pool: &Pool) {
 /// arrive meanwhile (the channel holds one pending request).
 ///
 /// Not inside the enqueue transaction: PostgreSQL serialises the commits of all transactions
-/// that notify (a global lock held through the commit's WAL flush), which turned concurrent
-/// enqueues into one fsync each in turn, about 4x slower at 32 producers. Each NOTIFY is bounded
+/// that notify (a global lock held through the commit's WAL flush), which would turn concurrent
+/// enqueues into one fsync each in turn. Each NOTIFY is bounded
 /// by the deadline, so a hung database cannot park this task. Ends when the store is dropped.
 pub(super) async fn announce(
     pool: Pool,

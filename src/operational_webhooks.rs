@@ -3,7 +3,7 @@
 //! shedding above 20 % of offered), or a message is dead-lettered.
 //!
 //! The webhook is an endpoint with `operational = true` and a fixed id per tenant (managed by
-//! `api::ops_webhooks`); [`notify`] enqueues a message addressed to it alone.
+//! `api::ops_webhooks`); [`send`] enqueues a message addressed to it alone.
 
 use serde_json::{Value, json};
 
@@ -23,12 +23,12 @@ pub fn operational_id(tenant_id: &str) -> String {
     format!("ep_op_{}", tenant_id.trim_start_matches("ten_"))
 }
 
-/// Notify a tenant's operational webhook, if it has one (and it is enabled), through the normal
+/// Send to a tenant's operational webhook, if it has one (and it is enabled), through the normal
 /// delivery machinery: a message addressed to that endpoint alone, signed like any other.
 ///
 /// Never fails the caller: a tenant without a webhook is a no-op, a store error is logged.
 /// A notice about the operational endpoint itself is dropped (no notification loops).
-pub async fn notify(store: &SharedStore, tenant_id: &str, event_type: &str, payload: Value) {
+pub async fn send(store: &SharedStore, tenant_id: &str, event_type: &str, payload: Value) {
     let id = operational_id(tenant_id);
     if payload.get("endpoint_id").and_then(Value::as_str) == Some(id.as_str()) {
         return;

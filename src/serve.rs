@@ -31,7 +31,7 @@ const RESERVED_FDS: u64 = 256;
 /// and what to do; none has a `source` of its own, so a report that prints the chain
 /// (`{:#}`) does not say the cause twice.
 #[derive(Debug, thiserror::Error)]
-pub enum ServerError {
+pub enum StartError {
     /// The store could not be opened or migrated.
     #[error("cannot open the store: {cause}; {hint}", cause = .0, hint = store_hint(.0))]
     Store(StoreError),
@@ -48,9 +48,9 @@ pub enum ServerError {
     Fleet(String),
 }
 
-impl From<StoreError> for ServerError {
+impl From<StoreError> for StartError {
     fn from(e: StoreError) -> Self {
-        ServerError::Store(e)
+        StartError::Store(e)
     }
 }
 
@@ -115,7 +115,7 @@ impl Running {
 }
 
 /// Open the store, ensure an admin token, and start the configured roles.
-pub async fn start(config: Config) -> Result<Running, ServerError> {
+pub async fn start(config: Config) -> Result<Running, StartError> {
     crate::delivery::install_tls_provider();
     let store = store::open(
         config.database_url.as_deref(),
@@ -148,7 +148,7 @@ pub async fn start(config: Config) -> Result<Running, ServerError> {
             Some(Arc::new(
                 FleetLanes::connect(url, settings)
                     .await
-                    .map_err(|e| ServerError::Fleet(e.to_string()))?,
+                    .map_err(|e| StartError::Fleet(e.to_string()))?,
             ))
         }
         _ => None,
@@ -287,10 +287,10 @@ fn api_router(state: &AppState, metrics_on: MetricsOn, console: ConsoleSettings)
     api::edge(routes, Arc::clone(&state.metrics))
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|cause| ServerError::Bind { addr, cause })
+        .map_err(|cause| StartError::Bind { addr, cause })
 }
 
 /// The API's connection limit, lowered (with a warning) when the open-files limit could not
