@@ -25,6 +25,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use axum::http::HeaderMap;
 use serde_json::Value;
+use sluice_testkit::RedisServer;
 use sluice_testkit::receiver::{self, Behavior, Observer, Receiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -32,7 +33,7 @@ use tokio::time::Instant;
 use super::chart::{Line, Panel};
 use super::harness::{FreshDatabase, Sluice, Tuning};
 use super::load;
-use super::procs::{Fleet, Proc, Redis, sluice_binary};
+use super::procs::{Fleet, Proc, sluice_binary};
 use super::report::{Report, ratio};
 use super::saturation;
 use super::timeline::{Timeline, ms, now_us, sent_at_us, u64_field};
@@ -496,7 +497,7 @@ enum Layout {
 struct Started {
     fleet: Fleet,
     http: reqwest::Client,
-    redis: Redis,
+    redis: RedisServer,
     redis_port: u16,
     api: Proc,
     dispatchers: Vec<Proc>,
@@ -649,7 +650,7 @@ async fn one_process(
         if api.sigterm().await.is_ok() {
             let _ = tokio::time::timeout(Duration::from_secs(30), api.child.wait()).await;
         }
-        redis.stop().await;
+        redis.stop();
         sluice.stop().await;
         anyhow::Ok(OneProcess {
             p50_ms: h.quantile(0.5).map(ms),
@@ -688,7 +689,7 @@ async fn start(
         lane,
     } = sizes;
     let redis_port = sluice_testkit::free_port();
-    let redis = Redis::start(redis_port).await?;
+    let redis = RedisServer::start_on(redis_port).await?;
     let fleet = Fleet {
         binary,
         database_url: database_url.to_owned(),
@@ -926,11 +927,11 @@ async fn run_load(
     tokio::time::sleep_until(at(plan.redis_down_s)).await;
     new_phase(&mut peaks);
     pb.set_message("Redis stopped");
-    redis.stop().await;
+    redis.stop();
     tokio::time::sleep_until(at(plan.redis_up_s)).await;
     new_phase(&mut peaks);
     pb.set_message("Redis started again");
-    redis = Redis::start(redis_port).await?;
+    redis = RedisServer::start_on(redis_port).await?;
 
     // Stop the load; wait until every acknowledged message is delivered and nothing is left
     // ready or leased (the killed dispatcher's leases expire and are redelivered).
@@ -980,7 +981,7 @@ async fn run_load(
         let stopped = p.sigterm().await.is_ok() && p.child.wait().await.is_ok_and(|s| s.success());
         survivors_ok &= stopped;
     }
-    redis.stop().await;
+    redis.stop();
     drop(killed);
     sluice.stop().await;
     let acks = acks.ids.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -21,8 +21,8 @@
 //! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
 //!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
 //!   [`tenants`], [`hostile`] (its own folder: phases, figures, and a `sluice serve` process
-//!   beside a huge token answer), [`tls`], [`rate_limited`], [`history`], [`soak`] (with [`pgproxy`], the
-//!   database proxy that freezes and drops connections); [`procs`]: the `sluice serve` and
+//!   beside a huge token answer), [`tls`], [`rate_limited`], [`history`], [`soak`] (with the testkit's
+//!   `FreezeProxy`, the database proxy that freezes and drops connections); [`procs`]: the `sluice serve` and
 //!   `redis-server` processes of a fleet, or a lone `sluice serve`; [`stage`]: the sluice a phase drives, in this process or on such a
 //!   fleet (`--dispatchers`).
 
@@ -38,7 +38,6 @@ mod harness;
 mod history;
 mod hostile;
 mod load;
-mod pgproxy;
 mod phase;
 mod probe;
 mod procs;

@@ -1,5 +1,5 @@
 //! Processes of a fleet for the scenarios that run one: `sluice serve` processes (the `sluice`
-//! binary beside this one) and a `redis-server` of their own; or one `sluice serve` on its own,
+//! binary beside this one), beside a `redis-server` of their own (the testkit's `RedisServer`); or one `sluice serve` on its own,
 //! whose memory is its alone (`hostile`'s token answer).
 
 use std::path::{Path, PathBuf};
@@ -7,7 +7,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -148,58 +147,6 @@ impl Proc {
     /// What it wrote to stderr so far.
     pub(crate) fn said(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-/// A `redis-server` on a port of its own, so it can be stopped and started again.
-pub(crate) struct Redis {
-    pub(crate) port: u16,
-    child: Option<Child>,
-}
-
-impl Redis {
-    pub(crate) async fn start(port: u16) -> anyhow::Result<Self> {
-        let program =
-            std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&program)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("spawn {program} (the fleet scenario runs its own Redis)"))?;
-        let redis = Self {
-            port,
-            child: Some(child),
-        };
-        let until = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < until {
-            if redis.ping().await {
-                return Ok(redis);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("redis-server on port {port} never answered PING")
-    }
-
-    pub(crate) async fn ping(&self) -> bool {
-        let Ok(mut socket) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
-            return false;
-        };
-        let mut buf = [0u8; 16];
-        socket.write_all(b"PING\r\n").await.is_ok()
-            && tokio::time::timeout(Duration::from_secs(1), socket.read(&mut buf))
-                .await
-                .is_ok_and(|r| r.is_ok_and(|n| buf[..n].starts_with(b"+PONG")))
-    }
-
-    /// Stop it hard (`kill -9`: nothing saved, every lane slot gone).
-    pub(crate) async fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
-        }
     }
 }
 

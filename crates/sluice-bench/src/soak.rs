@@ -1,6 +1,6 @@
 //! `soak`: a seeded, randomized fault soak of a fleet. One API process and three dispatcher
 //! processes (`sluice serve --role …`, the binary beside this one) on a fresh PostgreSQL
-//! database reached through [`Proxy`] (which freezes and drops connections), and a
+//! database reached through a `FreezeProxy` (which freezes and drops connections), and a
 //! `redis-server` of their own, under steady load: several fast endpoints and one slow endpoint
 //! whose fleet-wide lane is N. Every POST carries an `Idempotency-Key` and is retried with the
 //! same key (error, timeout, refused connection while the API is down) until it is
@@ -38,6 +38,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+use sluice_testkit::RedisServer;
+use sluice_testkit::freeze_proxy::{FreezeProxy, upstream_of};
 use sluice_testkit::receiver::{self, Behavior, Receiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -46,8 +48,7 @@ use super::chart::{Line, Panel};
 use super::fleet::{Arrival, Arrivals, queue};
 use super::harness::{FreshDatabase, Sluice, Tuning};
 use super::load;
-use super::pgproxy::{Proxy, upstream_of};
-use super::procs::{Fleet, Proc, Redis, sluice_binary};
+use super::procs::{Fleet, Proc, sluice_binary};
 use super::report::{Report, percentile};
 use super::timeline::{Timeline, ms, now_us};
 use super::{BenchArgs, save_chart, watch};
@@ -476,9 +477,9 @@ struct Rig {
     fleet: Fleet,
     http: reqwest::Client,
     slots: Vec<Slot>,
-    redis: Redis,
+    redis: RedisServer,
     redis_port: u16,
-    proxy: Proxy,
+    proxy: FreezeProxy,
     timeline: Arc<Timeline>,
     exits: Vec<Exit>,
     /// Deliveries shed at a full lane (and requeued), summed over the dispatchers' `/metrics`
@@ -640,9 +641,9 @@ impl Rig {
                 self.proxy.set_down(false);
             }
             Kind::RedisKill => {
-                self.redis.stop().await;
+                self.redis.stop();
                 self.idle(hold).await?;
-                self.redis = Redis::start(self.redis_port).await?;
+                self.redis = RedisServer::start_on(self.redis_port).await?;
             }
         }
         Ok(Done {
@@ -667,7 +668,7 @@ impl Rig {
                 clean &= stopped;
             }
         }
-        self.redis.stop().await;
+        self.redis.stop();
         clean
     }
 }
@@ -921,9 +922,9 @@ async fn drive(
     database_url: &str,
     log_dir: &Path,
 ) -> anyhow::Result<(Observed, Arc<Timeline>)> {
-    let proxy = Proxy::start(upstream_of(database_url).await?).await?;
+    let proxy = FreezeProxy::start(upstream_of(database_url).await?).await?;
     let redis_port = sluice_testkit::free_port();
-    let redis = Redis::start(redis_port).await?;
+    let redis = RedisServer::start_on(redis_port).await?;
     let fleet = Fleet {
         binary,
         database_url: proxy.url_for(database_url)?,
