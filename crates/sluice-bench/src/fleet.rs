@@ -18,25 +18,25 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use axum::http::HeaderMap;
 use serde_json::Value;
 use sluice_testkit::RedisServer;
-use sluice_testkit::receiver::{self, Behavior, Observer, Receiver};
+use sluice_testkit::receiver::{self, Behavior, Receiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::arrivals::{Arrival, Arrivals, queue};
 use super::chart::{Line, Panel};
 use super::harness::{FreshDatabase, Sluice, Tuning};
-use super::load;
 use super::procs::{Fleet, Proc, sluice_binary};
+use super::producer::{Acks, Customer, Posting, produce};
 use super::report::{Report, ratio};
 use super::saturation;
-use super::timeline::{Timeline, ms, now_us, sent_at_us, u64_field};
+use super::timeline::{Timeline, ms};
 use super::{BenchArgs, save_chart, watch};
 
 /// Timeline groups.
@@ -115,91 +115,6 @@ impl Plan {
     }
 }
 
-/// One request a receiver saw.
-#[derive(Debug, Clone)]
-pub(crate) struct Arrival {
-    /// `(customer, seq)` from the payload: which event this is.
-    pub(crate) key: (u64, u64),
-    /// Its `webhook-id` header.
-    pub(crate) webhook_id: String,
-    /// Seconds since the load started.
-    pub(crate) at_s: f64,
-    /// Seconds since the producer stamped the payload (enqueue → this request).
-    pub(crate) took_s: Option<f64>,
-}
-
-/// Every request the receivers saw, and their timeline.
-pub(crate) struct Arrivals {
-    timeline: Arc<Timeline>,
-    seen: Mutex<Vec<Arrival>>,
-}
-
-impl Arrivals {
-    /// Nothing seen yet; latencies go into `timeline`.
-    pub(crate) fn new(timeline: Arc<Timeline>) -> Self {
-        Self {
-            timeline,
-            seen: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// A receiver's observer recording into these arrivals and `group` of the timeline.
-    pub(crate) fn recorder(self: &Arc<Self>, group: usize) -> Arc<Recorder> {
-        Arc::new(Recorder {
-            arrivals: self.clone(),
-            group,
-        })
-    }
-
-    /// Every arrival so far.
-    pub(crate) fn snapshot(&self) -> Vec<Arrival> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-/// A receiver's observer: the arrival (with its `webhook-id`) and its latency.
-pub(crate) struct Recorder {
-    arrivals: Arc<Arrivals>,
-    group: usize,
-}
-
-impl Observer for Recorder {
-    fn request(&self, headers: &HeaderMap, body: &[u8]) {
-        let webhook_id = headers
-            .get("webhook-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let key = (
-            u64_field(body, "c").unwrap_or(u64::MAX),
-            u64_field(body, "seq").unwrap_or(u64::MAX),
-        );
-        let at_s = self.arrivals.timeline.elapsed();
-        self.arrivals
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arrival {
-                key,
-                webhook_id,
-                at_s,
-                took_s: sent_at_us(body).map(|sent| now_us().saturating_sub(sent) as f64 / 1e6),
-            });
-    }
-
-    fn arrived(&self, body: &[u8]) {
-        self.arrivals
-            .timeline
-            .delivered(self.group, sent_at_us(body));
-    }
-}
-
-/// What the API acknowledged: `(customer, seq)` → message id.
-#[derive(Default)]
-struct Acks {
-    ids: Mutex<HashMap<(u64, u64), String>>,
-}
-
 /// Leased deliveries now: `(delivery id, lease token)`.
 async fn leased(pg: &tokio_postgres::Client) -> anyhow::Result<HashSet<(i64, Option<i64>)>> {
     let rows = pg
@@ -210,69 +125,6 @@ async fn leased(pg: &tokio_postgres::Client) -> anyhow::Result<HashSet<(i64, Opt
         .await
         .context("leased deliveries")?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-}
-
-/// `(ready, leased, dead)` deliveries now.
-pub(crate) async fn queue(pg: &tokio_postgres::Client) -> anyhow::Result<(i64, i64, i64)> {
-    let row = pg
-        .query_one(
-            "SELECT count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1), \
-             count(*) FILTER (WHERE state = 3) FROM deliveries",
-            &[],
-        )
-        .await
-        .context("queue counts")?;
-    Ok((row.get(0), row.get(1), row.get(2)))
-}
-
-/// Open-loop producer: `rate` events/s for `customer` as `token` until `until`, each 202's
-/// message id kept in `acks`.
-#[allow(clippy::too_many_arguments)]
-fn produce(
-    http: reqwest::Client,
-    url: Arc<str>,
-    token: String,
-    customer: u64,
-    group: usize,
-    rate: f64,
-    until: Instant,
-    timeline: Arc<Timeline>,
-    acks: Arc<Acks>,
-) -> JoinHandle<()> {
-    let token: Arc<str> = token.into();
-    tokio::spawn(load::paced(rate, until, move |seq| {
-        let (http, url, token) = (http.clone(), url.clone(), token.clone());
-        let (timeline, acks) = (timeline.clone(), acks.clone());
-        async move {
-            let body = format!(
-                r#"{{"event_type":"bench.event","payload":{{"sent_at_us":{},"c":{customer},"seq":{seq}}}}}"#,
-                now_us()
-            );
-            let started = std::time::Instant::now();
-            let id = match http
-                .post(&*url)
-                .bearer_auth(&*token)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body)
-                .send()
-                .await
-            {
-                Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED => r
-                    .json::<Value>()
-                    .await
-                    .ok()
-                    .and_then(|v| v["id"].as_str().map(str::to_owned)),
-                _ => None,
-            };
-            timeline.sent(group, id.is_some(), started.elapsed());
-            if let Some(id) = id {
-                acks.ids
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert((customer, seq), id);
-            }
-        }
-    }))
 }
 
 /// One reading of `/v1/scale`.
@@ -618,17 +470,14 @@ async fn one_process(
             .iter()
             .map(|(token, c, group, rate)| {
                 let (http, url, timeline) = (started.http.clone(), url.clone(), timeline.clone());
-                produce(
+                let who = Customer {
                     http,
                     url,
-                    token.clone(),
-                    *c,
-                    *group,
-                    *rate,
-                    until,
-                    timeline,
-                    acks.clone(),
-                )
+                    token: token.as_str().into(),
+                    customer: *c,
+                    group: *group,
+                };
+                produce(who, *rate, until, Posting::Once, timeline, acks.clone())
             })
             .collect();
         for p in producers {
@@ -744,16 +593,8 @@ async fn start(
 
     // Receivers and customers, through the API process.
     let timeline = Arc::new(Timeline::new(&["healthy", "slow"]));
-    let arrivals = Arc::new(Arrivals {
-        timeline: timeline.clone(),
-        seen: Mutex::new(Vec::new()),
-    });
-    let observer = |group| {
-        Arc::new(Recorder {
-            arrivals: arrivals.clone(),
-            group,
-        })
-    };
+    let arrivals = Arc::new(Arrivals::new(timeline.clone()));
+    let observer = |group| arrivals.recorder(group);
     let mut receivers = Vec::new();
     for _ in 0..healthy {
         receivers.push(receiver::start_observed(Behavior::Fast, observer(HEALTHY)).await?);
@@ -845,14 +686,18 @@ async fn run_load(
     let producers: Vec<_> = customers
         .iter()
         .map(|(token, c, group, rate)| {
+            let who = Customer {
+                http: http.clone(),
+                url: url.clone(),
+                token: token.as_str().into(),
+                customer: *c,
+                group: *group,
+            };
             produce(
-                http.clone(),
-                url.clone(),
-                token.clone(),
-                *c,
-                *group,
+                who,
                 *rate,
                 until,
+                Posting::Once,
                 timeline.clone(),
                 acks.clone(),
             )

@@ -26,6 +26,7 @@
 //!   `redis-server` processes of a fleet, or a lone `sluice serve`; [`stage`]: the sluice a phase drives, in this process or on such a
 //!   fleet (`--dispatchers`).
 
+mod arrivals;
 mod backlog;
 mod chart;
 mod compare;
@@ -41,6 +42,7 @@ mod load;
 mod phase;
 mod probe;
 mod procs;
+mod producer;
 mod rate_limited;
 mod receiver;
 mod replay;
