@@ -9,7 +9,7 @@ use super::super::timeline::{Timeline, ms};
 use super::super::{BenchArgs, save_chart};
 use super::run::Observed;
 use super::schedule::Kind;
-use super::verdicts::{duplicates, late_requests, tail};
+use super::verdicts::{Duplicates, duplicates, late_requests, tail};
 use super::{
     ATTEMPT_S, DISPATCHERS, EXPLAIN_AFTER_S, HEALTHY, KNOWN_DEAD_S, LEASE_TTL_S, REAP_S, SLOW,
     Sizes, TAIL_FACTOR, TAIL_FLOOR_MS, round,
@@ -22,7 +22,6 @@ pub(super) struct Reading {
 }
 
 /// The figures and the claims.
-#[allow(clippy::too_many_lines)]
 pub(super) fn figures(
     args: &BenchArgs,
     sizes: Sizes,
@@ -30,6 +29,18 @@ pub(super) fn figures(
     timeline: &Timeline,
     seen: &Observed,
 ) -> Report {
+    let mut report = parameters(sizes, seed, seen);
+    let thresholds = thresholds(&mut report, timeline, sizes, seen);
+    let readings = fault_readings(&mut report, seen, &thresholds);
+    tails_read(&mut report, seen, &readings);
+    let loss = loss_and_duplicates(&mut report, seen);
+    where_the_time_went(&mut report, seen, sizes.healthy as u64);
+    claims(&mut report, args, sizes, seen, &readings, &loss);
+    report
+}
+
+/// The report, its parameters.
+fn parameters(sizes: Sizes, seed: u64, seen: &Observed) -> Report {
     let mut report = Report::new(
         "soak",
         format!(
@@ -48,6 +59,27 @@ pub(super) fn figures(
     report.param("lane", sizes.lane);
     report.param("lease_ttl_s", LEASE_TTL_S);
 
+    report
+}
+
+/// What a tail is judged against: the healthy (and the slow endpoint's) per-second p99, the
+/// threshold it must come back under, and the requests that arrived later than that.
+struct Thresholds {
+    p99: Vec<Option<f64>>,
+    slow_p99: Vec<Option<f64>>,
+    threshold_ms: f64,
+    slow_threshold_ms: f64,
+    late_healthy: Vec<(f64, f64)>,
+    late_slow: Vec<(f64, f64)>,
+}
+
+/// The baselines over the fault-free warm-up and the thresholds they give.
+fn thresholds(
+    report: &mut Report,
+    timeline: &Timeline,
+    sizes: Sizes,
+    seen: &Observed,
+) -> Thresholds {
     // The baseline: healthy p99 over the fault-free warm-up (its first second skipped).
     let warm = seen.schedule.warmup_s.floor() as usize;
     let baseline = timeline
@@ -87,12 +119,32 @@ pub(super) fn figures(
     let slow_customer = sizes.healthy as u64;
     let late_healthy = late_requests(&seen.arrivals, |c| c != slow_customer, threshold_ms);
     let late_slow = late_requests(&seen.arrivals, |c| c == slow_customer, slow_threshold_ms);
+    Thresholds {
+        p99,
+        slow_p99,
+        threshold_ms,
+        slow_threshold_ms,
+        late_healthy,
+        late_slow,
+    }
+}
 
+/// Each fault: when, how long, its tail, the slow endpoint's tail and queue.
+fn fault_readings(report: &mut Report, seen: &Observed, thresholds: &Thresholds) -> Vec<Reading> {
+    let Thresholds {
+        p99,
+        slow_p99,
+        threshold_ms,
+        slow_threshold_ms,
+        late_healthy,
+        late_slow,
+    } = thresholds;
+    let (threshold_ms, slow_threshold_ms) = (*threshold_ms, *slow_threshold_ms);
     // Each fault.
     let mut readings = Vec::new();
     for (i, f) in seen.done.iter().enumerate() {
         let judged_s = f.kind.judged_length(f.length_s());
-        let tail_s = tail(&p99, &late_healthy, f, threshold_ms);
+        let tail_s = tail(p99, late_healthy, f, threshold_ms);
         let target = match f.kind {
             Kind::DispatcherKill | Kind::DispatcherTerm => format!(" dispatcher-{}", f.target),
             _ => String::new(),
@@ -128,7 +180,7 @@ pub(super) fn figures(
                 "fault {:>3}: the slow endpoint's tail (p99 ≤ {slow_threshold_ms:.0} ms; not judged)",
                 i + 1
             ),
-            tail(&slow_p99, &late_slow, f, slow_threshold_ms).map(round),
+            tail(slow_p99, late_slow, f, slow_threshold_ms).map(round),
             "s",
         );
         if let Some(q) = seen.slow_queue.get(i) {
@@ -145,6 +197,11 @@ pub(super) fn figures(
         }
         readings.push(Reading { judged_s, tail_s });
     }
+    readings
+}
+
+/// Faults by kind, the worst and the median tail.
+fn tails_read(report: &mut Report, seen: &Observed, readings: &[Reading]) {
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
     for f in &seen.done {
         *by_kind.entry(f.kind.name()).or_default() += 1;
@@ -175,14 +232,17 @@ pub(super) fn figures(
         tails.get(tails.len() / 2).copied(),
         "s",
     );
-    let not_back = readings.iter().filter(|r| r.tail_s.is_none()).count();
-    let too_long: Vec<usize> = readings
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.tail_s.is_none_or(|t| t > TAIL_FACTOR * r.judged_s))
-        .map(|(i, _)| i + 1)
-        .collect();
+}
 
+/// What loss and duplicates were counted.
+struct Loss {
+    lost: usize,
+    dup: Duplicates,
+    wrong_id: usize,
+}
+
+/// Acknowledged, delivered, lost, duplicated (and which fault explains each), wrong ids.
+fn loss_and_duplicates(report: &mut Report, seen: &Observed) -> Loss {
     // Loss and duplicates.
     let delivered: HashSet<(u64, u64)> = seen.arrivals.iter().map(|a| a.key).collect();
     let lost = seen.acks.keys().filter(|k| !delivered.contains(k)).count();
@@ -263,6 +323,15 @@ pub(super) fn figures(
         Some(wrong_id as f64),
         "",
     );
+    Loss {
+        lost,
+        dup,
+        wrong_id,
+    }
+}
+
+/// Where the time went for the slowest deliveries, and when the late ones were sent.
+fn where_the_time_went(report: &mut Report, seen: &Observed, slow_customer: u64) {
     // Where the time went for the slowest deliveries.
     let slow_requests = |group_of: &dyn Fn(u64) -> bool, over_s: f64| {
         seen.arrivals
@@ -321,7 +390,7 @@ pub(super) fn figures(
             seconds.join(", ")
         ));
     }
-    posts_read(&mut report, seen, slow_customer);
+    posts_read(report, seen, slow_customer);
     report.figure(
         "shed_slow",
         "slow endpoint: deliveries shed at a full lane, requeued after the shed delay (/metrics)",
@@ -374,7 +443,30 @@ pub(super) fn figures(
         Some(seen.slow_queue_left.total()),
         "",
     );
+}
 
+/// The claims, and the notes that say how they are read.
+fn claims(
+    report: &mut Report,
+    args: &BenchArgs,
+    sizes: Sizes,
+    seen: &Observed,
+    readings: &[Reading],
+    loss: &Loss,
+) {
+    let Loss {
+        lost,
+        dup,
+        wrong_id,
+    } = loss;
+    let (lost, wrong_id) = (*lost, *wrong_id);
+    let not_back = readings.iter().filter(|r| r.tail_s.is_none()).count();
+    let too_long: Vec<usize> = readings
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.tail_s.is_none_or(|t| t > TAIL_FACTOR * r.judged_s))
+        .map(|(i, _)| i + 1)
+        .collect();
     // The claims.
     report.invariant(
         lost == 0 && seen.settled,
@@ -489,7 +581,6 @@ pub(super) fn figures(
     if args.smoke {
         report.note("smoke: faults of a few seconds with 5 s gaps; tails are printed, not judged");
     }
-    report
 }
 
 /// How the POSTs went, to tell an ingest that failed (the latency of a message acknowledged on
