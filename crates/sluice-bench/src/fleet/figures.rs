@@ -6,11 +6,10 @@ use super::super::report::{Report, ratio};
 use super::super::timeline::{Timeline, ms};
 use super::super::{BenchArgs, save_chart};
 use super::run::{Observed, OneProcess};
-use super::verdicts::{drain_counts, lag, steady_window, tally};
+use super::verdicts::{Tally, drain_counts, lag, steady_window, tally};
 use super::{DISPATCHERS, HEALTHY, PHASES, Plan, SLOW, Sizes, heartbeat, round};
 
 /// The figures and the claims.
-#[allow(clippy::too_many_lines)]
 pub(super) fn figures(
     sizes: Sizes,
     plan: Plan,
@@ -19,45 +18,90 @@ pub(super) fn figures(
     seen: &Observed,
     one: &OneProcess,
 ) -> Report {
+    let counts = Counts::of(sizes, plan, seen);
+    let mut report = parameters(sizes, plan, seen, &counts);
+    lane_loss_and_leases(&mut report, sizes, plan, timeline, seen, &counts);
+    let lags = scale_read(&mut report, seen, &counts, start_lag);
+    let redis_down_delivered = phases(&mut report, timeline, &counts);
+    beside_one_process(&mut report, plan, timeline, seen, one);
+    claims(
+        &mut report,
+        sizes,
+        seen,
+        &counts,
+        &lags,
+        redis_down_delivered,
+    );
+    report
+}
+
+/// What the figures and the claims both read, counted once.
+struct Counts<'a> {
+    heartbeat_s: f64,
+    kill_window_s: f64,
+    t: Tally,
+    lost: u64,
+    left_by_term: Vec<&'a (i64, Option<i64>)>,
+    finished: Option<f64>,
+    released: Option<f64>,
+    bounds: [f64; 7],
+    peak: usize,
+}
+
+impl<'a> Counts<'a> {
+    fn of(sizes: Sizes, plan: Plan, seen: &'a Observed) -> Self {
+        let slow_ms = sizes.slow_ms;
+        let Observed {
+            kill_at,
+            ref orphaned,
+            ref at_exit,
+            ref after_exit,
+            ref said,
+            ref peaks,
+            drained_s,
+            ref acks,
+            ref arrivals,
+            ..
+        } = *seen;
+        let heartbeat_s = heartbeat().as_secs_f64();
+        let kill_window_s = slow_ms as f64 / 1000.0 + 1.0;
+        let t = tally(arrivals, acks, kill_at, kill_window_s);
+        let lost = t.acknowledged - t.delivered;
+        let left_by_term: Vec<_> = at_exit
+            .intersection(after_exit)
+            .filter(|l| !orphaned.contains(l))
+            .collect();
+        let (finished, released) = drain_counts(said);
+        let bounds = plan.bounds(drained_s);
+        let peak = peaks.iter().copied().max().unwrap_or(0);
+        Counts {
+            heartbeat_s,
+            kill_window_s,
+            t,
+            lost,
+            left_by_term,
+            finished,
+            released,
+            bounds,
+            peak,
+        }
+    }
+}
+
+/// The report, its parameters.
+fn parameters(sizes: Sizes, plan: Plan, seen: &Observed, counts: &Counts<'_>) -> Report {
     let Sizes {
         healthy,
         healthy_rate,
         slow_ms,
         slow_rate,
         lane,
+        ..
     } = sizes;
     let Observed {
-        kill_at,
-        term_at,
-        exited_at,
-        exit,
-        ref orphaned,
-        ref at_exit,
-        ref after_exit,
-        ref said,
-        ref peaks,
-        ref scale,
-        load_end,
-        drained_s,
-        settled,
-        dead,
-        survivors_ok,
-        ref acks,
-        ref arrivals,
-        ..
+        kill_at, term_at, ..
     } = *seen;
-    let heartbeat_s = heartbeat().as_secs_f64();
-    let kill_window_s = slow_ms as f64 / 1000.0 + 1.0;
-    let t = tally(arrivals, acks, kill_at, kill_window_s);
-    let lost = t.acknowledged - t.delivered;
-    let left_by_term: Vec<_> = at_exit
-        .intersection(after_exit)
-        .filter(|l| !orphaned.contains(l))
-        .collect();
-    let (finished, released) = drain_counts(said);
-    let bounds = plan.bounds(drained_s);
-    let peak = peaks.iter().copied().max().unwrap_or(0);
-
+    let Counts { heartbeat_s, .. } = *counts;
     let mut report = Report::new(
         "fleet",
         format!(
@@ -78,6 +122,39 @@ pub(super) fn figures(
         "redis_down_s",
         format!("{}–{}", plan.redis_down_s, plan.redis_up_s),
     );
+    report
+}
+
+/// The lane, loss and duplicates, and the SIGTERM'd dispatcher's leases.
+fn lane_loss_and_leases(
+    report: &mut Report,
+    sizes: Sizes,
+    plan: Plan,
+    timeline: &Timeline,
+    seen: &Observed,
+    counts: &Counts<'_>,
+) {
+    let Sizes { lane, .. } = sizes;
+    let Observed {
+        term_at,
+        exited_at,
+        ref orphaned,
+        ref at_exit,
+        ref peaks,
+        dead,
+        ..
+    } = *seen;
+    let Counts {
+        heartbeat_s,
+        kill_window_s,
+        ref t,
+        lost,
+        ref left_by_term,
+        finished,
+        released,
+        peak,
+        ..
+    } = *counts;
 
     let n = f64::from(lane);
     report.figure("lane", "slow endpoint: fleet-wide lane N", Some(n), "slots");
@@ -202,6 +279,31 @@ pub(super) fn figures(
         "",
     );
     report.figure("heartbeat_s", "heartbeat interval", Some(heartbeat_s), "s");
+}
+
+/// How long `/v1/scale` took to follow the live dispatcher count.
+struct Lags {
+    stale_s: f64,
+    lag_start: Option<f64>,
+    lag_kill: Option<f64>,
+    lag_term: Option<f64>,
+}
+
+/// `/v1/scale` beside the live dispatcher count.
+fn scale_read(
+    report: &mut Report,
+    seen: &Observed,
+    counts: &Counts<'_>,
+    start_lag: Option<f64>,
+) -> Lags {
+    let Observed {
+        kill_at,
+        term_at,
+        ref scale,
+        drained_s,
+        ..
+    } = *seen;
+    let Counts { heartbeat_s, .. } = *counts;
     let stale_s = heartbeat_s * 3.0;
     let lag_start = start_lag;
     let lag_kill = lag(scale, kill_at, term_at, DISPATCHERS - 1);
@@ -238,6 +340,18 @@ pub(super) fn figures(
         (readings > 0).then(|| matching as f64 / readings as f64),
         "",
     );
+    Lags {
+        stale_s,
+        lag_start,
+        lag_kill,
+        lag_term,
+    }
+}
+
+/// Each phase's healthy latency and deliveries per second; the deliveries while Redis was down
+/// `(healthy, slow)`.
+fn phases(report: &mut Report, timeline: &Timeline, counts: &Counts<'_>) -> (u64, u64) {
+    let bounds = counts.bounds;
     let mut redis_down_delivered = (0, 0);
     for (i, (key, label)) in PHASES.iter().enumerate() {
         let (from, to) = (bounds[i], bounds[i + 1]);
@@ -280,7 +394,23 @@ pub(super) fn figures(
             "/s",
         );
     }
-    // The fleet beside one process, over the same steady seconds of the same load.
+    redis_down_delivered
+}
+
+/// The fleet beside one process, over the same steady seconds of the same load.
+fn beside_one_process(
+    report: &mut Report,
+    plan: Plan,
+    timeline: &Timeline,
+    seen: &Observed,
+    one: &OneProcess,
+) {
+    let Observed {
+        load_end,
+        drained_s,
+        settled,
+        ..
+    } = *seen;
     let (from, to) = steady_window(plan);
     let steady = timeline.latency_between(HEALTHY, from, to);
     let fleet_p99 = steady.quantile(0.99).map(ms);
@@ -324,8 +454,41 @@ pub(super) fn figures(
         settled.then_some(drained_s - load_end),
         "s",
     );
+}
 
-    // The claims.
+/// The claims.
+fn claims(
+    report: &mut Report,
+    sizes: Sizes,
+    seen: &Observed,
+    counts: &Counts<'_>,
+    lags: &Lags,
+    redis_down_delivered: (u64, u64),
+) {
+    let Sizes { lane, .. } = sizes;
+    let Observed {
+        exit,
+        ref peaks,
+        settled,
+        survivors_ok,
+        ..
+    } = *seen;
+    let Counts {
+        heartbeat_s,
+        ref t,
+        lost,
+        ref left_by_term,
+        finished,
+        released,
+        peak,
+        ..
+    } = *counts;
+    let Lags {
+        stale_s,
+        lag_start,
+        lag_kill,
+        lag_term,
+    } = *lags;
     let phase_peaks: Vec<String> = peaks.iter().map(usize::to_string).collect();
     report.invariant(
         peak <= lane as usize,
@@ -425,7 +588,6 @@ pub(super) fn figures(
         "duplicates are counted per event (customer, sequence number in the payload); the \
          killed dispatcher's leases expire after the lease TTL and are delivered again",
     );
-    report
 }
 
 /// The series and the chart.
