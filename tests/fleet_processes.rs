@@ -11,11 +11,10 @@ use serde_json::json;
 use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, RedisServer, eventually};
 
-mod processes;
-use processes::Process;
+use sluice_testkit::process::Process;
 
 /// A `sluice serve` of `role` on the shared database, without Redis.
-fn sluice_on(db: &str, role: &str) -> processes::Builder {
+fn sluice_on(db: &str, role: &str) -> sluice_testkit::process::Builder {
     Process::command("serve")
         .listen()
         .args(&[
@@ -33,7 +32,7 @@ fn sluice_on(db: &str, role: &str) -> processes::Builder {
 }
 
 /// A `sluice serve` of `role` on the shared database and Redis.
-fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
+fn sluice(db: &str, redis: &str, role: &str) -> sluice_testkit::process::Builder {
     sluice_on(db, role).args(&["--redis-url", redis])
 }
 

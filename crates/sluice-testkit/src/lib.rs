@@ -5,6 +5,8 @@
 //!
 //! - [`receiver`]: real HTTP receivers on loopback (fast, slow, blackhole, throttling, capped,
 //!   flaky, gone, redirecting, oversized, hostile), each recording what it saw.
+//! - [`process`]: the `sluice` binary as a child process (`sluice serve` and the rest), stopped
+//!   with SIGTERM or SIGKILL, what it wrote collected.
 //! - [`harness`]: a sluice started in this process, with helpers for the public API; [`api`]:
 //!   requests that keep every part of the answer, and the assertions API tests share.
 //! - [`services`]: a fresh PostgreSQL database or SQLite store per test, the Redis URL, the
@@ -27,6 +29,7 @@ pub mod drivers;
 pub mod egress_proxy;
 pub mod freeze_proxy;
 pub mod harness;
+pub mod process;
 pub mod receiver;
 pub mod redis_server;
 pub mod services;
