@@ -62,18 +62,18 @@ const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres"
 
 /// When things happen, seconds after the load starts.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Plan {
-    pub(super) kill_s: f64,
-    pub(super) term_s: f64,
-    pub(super) redis_down_s: f64,
-    pub(super) redis_up_s: f64,
-    pub(super) end_s: f64,
+struct Plan {
+    kill_s: f64,
+    term_s: f64,
+    redis_down_s: f64,
+    redis_up_s: f64,
+    end_s: f64,
     /// Gap between the lease snapshots that tell a lease nobody holds from one in use.
-    pub(super) lease_gap: Duration,
+    lease_gap: Duration,
 }
 
 impl Plan {
-    pub(super) fn new(args: &BenchArgs) -> Self {
+    fn new(args: &BenchArgs) -> Self {
         if args.smoke {
             let p = 4.0;
             return Self {
@@ -97,7 +97,7 @@ impl Plan {
     }
 
     /// Phase boundaries: `PHASES[i]` runs from `bounds[i]` to `bounds[i + 1]`.
-    pub(super) fn bounds(&self, drained_s: f64) -> [f64; 7] {
+    fn bounds(&self, drained_s: f64) -> [f64; 7] {
         [
             0.0,
             self.kill_s,
@@ -145,16 +145,16 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
 
 /// The run's sizes, from the flags.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Sizes {
-    pub(super) healthy: usize,
-    pub(super) healthy_rate: f64,
-    pub(super) slow_ms: u64,
-    pub(super) slow_rate: f64,
-    pub(super) lane: u32,
+struct Sizes {
+    healthy: usize,
+    healthy_rate: f64,
+    slow_ms: u64,
+    slow_rate: f64,
+    lane: u32,
 }
 
 impl Sizes {
-    pub(super) fn of(args: &BenchArgs) -> Self {
+    fn of(args: &BenchArgs) -> Self {
         Self {
             healthy: args.endpoints.unwrap_or(args.sized(8, 3)),
             healthy_rate: args.rate.unwrap_or(args.sized(40.0, 10.0)),
@@ -166,11 +166,11 @@ impl Sizes {
 }
 
 /// The dispatchers' heartbeat interval (the default: the fleet runs with defaults).
-pub(super) fn heartbeat() -> Duration {
+fn heartbeat() -> Duration {
     sluice::dispatcher::DispatchSettings::default().heartbeat_interval
 }
 
 /// `v` to one decimal.
-pub(super) fn round(v: f64) -> f64 {
+fn round(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }

@@ -89,16 +89,16 @@ const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres"
 
 /// The run's sizes, from the flags.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Sizes {
-    pub(super) healthy: usize,
-    pub(super) healthy_rate: f64,
-    pub(super) slow_ms: u64,
-    pub(super) slow_rate: f64,
-    pub(super) lane: u32,
+struct Sizes {
+    healthy: usize,
+    healthy_rate: f64,
+    slow_ms: u64,
+    slow_rate: f64,
+    lane: u32,
 }
 
 impl Sizes {
-    pub(super) fn of(args: &BenchArgs) -> Self {
+    fn of(args: &BenchArgs) -> Self {
         Self {
             healthy: args.endpoints.unwrap_or(args.sized(5, 3)),
             healthy_rate: args.rate.unwrap_or(args.sized(28.0, 20.0)),
@@ -156,6 +156,6 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
 }
 
 /// `v` to one decimal.
-pub(super) fn round(v: f64) -> f64 {
+fn round(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }
