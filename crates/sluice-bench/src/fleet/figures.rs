@@ -1,13 +1,13 @@
 //! The fleet's report: the baseline beside the fleet, the lane, loss and duplicates, the
 //! leases of the SIGTERM'd dispatcher, `/v1/scale`, Redis down, saturation; and the chart.
 
-use super::super::chart::{Line, Panel};
-use super::super::report::{Report, ratio};
-use super::super::timeline::{Timeline, ms};
-use super::super::{BenchArgs, save_chart};
 use super::run::{Observed, OneProcess};
 use super::verdicts::{Tally, drain_counts, lag, steady_window, tally};
 use super::{DISPATCHERS, HEALTHY, PHASES, Plan, SLOW, Sizes, heartbeat, round};
+use crate::chart::{Line, Panel};
+use crate::report::{Report, ratio};
+use crate::timeline::{Timeline, ms};
+use crate::{BenchArgs, save_chart};
 
 /// The figures and the claims.
 pub(super) fn figures(

@@ -15,20 +15,20 @@ use sluice_testkit::receiver::{self, Behavior, Receiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::super::arrivals::{Arrival, Arrivals, queue};
-use super::super::harness::{FreshDatabase, Sluice, Tuning};
-use super::super::procs::{Fleet, Proc};
-use super::super::producer::{Acks, Customer, Posting, produce};
-use super::super::report::Report;
-use super::super::saturation;
-use super::super::timeline::{Timeline, ms};
-use super::super::{BenchArgs, watch};
 use super::figures::{chart, figures};
 use super::verdicts::{ScaleSample, steady_window};
 use super::{
     DISPATCHERS, HEALTHY, IN_FLIGHT_EVERY, Plan, SATURATION_CONCURRENCY, SCALE_EVERY, SLOW, Sizes,
     heartbeat,
 };
+use crate::arrivals::{Arrival, Arrivals, queue};
+use crate::harness::{FreshDatabase, Sluice, Tuning};
+use crate::procs::{Fleet, Proc};
+use crate::producer::{Acks, Customer, Posting, produce};
+use crate::report::Report;
+use crate::saturation;
+use crate::timeline::{Timeline, ms};
+use crate::{BenchArgs, watch};
 
 /// Leased deliveries now: `(delivery id, lease token)`.
 pub(super) async fn leased(

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::super::arrivals::Arrival;
 use super::Plan;
+use crate::arrivals::Arrival;
 
 /// One reading of `/v1/scale`.
 #[derive(Debug, Clone, Copy)]

@@ -2,11 +2,11 @@
 
 use std::time::Duration;
 
-use super::super::chart::{Line, Panel};
-use super::super::report::Report;
-use super::super::{BenchArgs, save_chart};
 use super::verdicts::{Level, in_band, not_rising, within_objective};
 use super::{GROUPS, HEALTHY_KINDS, THROTTLING, shape};
+use crate::chart::{Line, Panel};
+use crate::report::Report;
+use crate::{BenchArgs, save_chart};
 
 /// The figures of every level, the verdicts and the chart.
 pub(super) fn report(

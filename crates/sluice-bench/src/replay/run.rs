@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::BenchArgs;
-use super::super::harness::{Sluice, Tuning};
-use super::super::load::Api;
-use super::super::receiver::{self, Mode};
-use super::super::timeline::Timeline;
-use super::super::watch::{self, Watch};
 use super::verdicts::{Level, measure};
 use super::{GROUPS, HEALTHY, Kind, shape};
+use crate::BenchArgs;
+use crate::harness::{Sluice, Tuning};
+use crate::load::Api;
+use crate::receiver::{self, Mode};
+use crate::timeline::Timeline;
+use crate::watch::{self, Watch};
 
 /// Run the levels one after another on one sluice, after a warm-up at the first level's rate:
 /// the pool the auto-sizer found and what the governors learnt carry over, as they would in a

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
-use super::super::report::{percentile, ratio};
-use super::super::timeline::Timeline;
-use super::super::watch;
 use super::{GROUPS, HEALTHY, HEALTHY_KINDS, THROTTLING, shape};
+use crate::report::{percentile, ratio};
+use crate::timeline::Timeline;
+use crate::watch;
 
 /// What one level measured.
 pub(super) struct Level {

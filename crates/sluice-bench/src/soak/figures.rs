@@ -3,10 +3,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::super::chart::{Line, Panel};
-use super::super::report::{Report, percentile};
-use super::super::timeline::{Timeline, ms};
-use super::super::{BenchArgs, save_chart};
 use super::run::Observed;
 use super::schedule::Kind;
 use super::verdicts::{Duplicates, duplicates, late_requests, tail};
@@ -14,6 +10,10 @@ use super::{
     ATTEMPT_S, DISPATCHERS, EXPLAIN_AFTER_S, HEALTHY, KNOWN_DEAD_S, LEASE_TTL_S, REAP_S, SLOW,
     Sizes, TAIL_FACTOR, TAIL_FLOOR_MS, round,
 };
+use crate::chart::{Line, Panel};
+use crate::report::{Report, percentile};
+use crate::timeline::{Timeline, ms};
+use crate::{BenchArgs, save_chart};
 
 /// One fault's reading.
 pub(super) struct Reading {

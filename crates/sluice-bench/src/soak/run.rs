@@ -12,15 +12,15 @@ use sluice_testkit::freeze_proxy::{FreezeProxy, upstream_of};
 use sluice_testkit::receiver::{self, Behavior, Receiver};
 use tokio::time::Instant;
 
-use super::super::arrivals::{Arrival, Arrivals, queue};
-use super::super::harness::{Sluice, Tuning};
-use super::super::procs::{Fleet, Proc};
-use super::super::producer::{Acks, Customer, Posting, produce};
-use super::super::timeline::Timeline;
-use super::super::{BenchArgs, watch};
 use super::schedule::{Kind, Planned, Schedule};
 use super::verdicts::{Done, shed_in};
 use super::{DISPATCHERS, HEALTHY, LEASE_TTL_S, POLL, SLOW, Sizes};
+use crate::arrivals::{Arrival, Arrivals, queue};
+use crate::harness::{Sluice, Tuning};
+use crate::procs::{Fleet, Proc};
+use crate::producer::{Acks, Customer, Posting, produce};
+use crate::timeline::Timeline;
+use crate::{BenchArgs, watch};
 
 /// A process of the fleet and where it listens; `proc` is `None` while a fault keeps it down.
 pub(super) struct Slot {

@@ -200,8 +200,8 @@ impl Schedule {
 mod tests {
     use std::collections::HashSet;
 
-    use super::super::{DEFAULT_DURATION_S, DEFAULT_SEED};
     use super::*;
+    use crate::soak::{DEFAULT_DURATION_S, DEFAULT_SEED};
 
     #[test]
     fn the_same_seed_gives_the_same_schedule() {

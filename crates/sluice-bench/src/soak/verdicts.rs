@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::super::arrivals::Arrival;
 use super::schedule::Kind;
+use crate::arrivals::Arrival;
 
 /// A fault as it ran.
 #[derive(Debug, Clone)]
@@ -168,8 +168,8 @@ pub(super) fn duplicates(arrivals: &[Arrival], faults: &[Done]) -> Duplicates {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{KNOWN_DEAD_S, REAP_S};
     use super::*;
+    use crate::soak::{KNOWN_DEAD_S, REAP_S};
 
     #[test]
     fn tail_is_from_the_end_to_the_last_bad_second() {

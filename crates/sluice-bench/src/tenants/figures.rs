@@ -1,10 +1,10 @@
 //! `tenants`' report: every phase's figures, the verdicts and the chart.
 
-use super::super::chart::{Line, Panel};
-use super::super::report::{Report, ratio};
-use super::super::{BenchArgs, save_chart};
 use super::verdicts::{Outcome, fair, keeps_most, shares, within_twice};
 use super::{BUSY, Phases, QUIET, Sizes, TRICKLE, WEIGHTED};
+use crate::chart::{Line, Panel};
+use crate::report::{Report, ratio};
+use crate::{BenchArgs, save_chart};
 
 /// The report: parameters, figures, verdicts, chart.
 pub(super) fn report(args: &BenchArgs, sizes: Sizes, phases: &Phases) -> anyhow::Result<Report> {

@@ -8,15 +8,15 @@ use futures_util::{StreamExt, TryStreamExt};
 use sluice::plan::prom::HistogramSnapshot;
 use tokio::time::Instant;
 
-use super::super::BenchArgs;
-use super::super::harness::{Sluice, Tuning};
-use super::super::load::Api;
-use super::super::receiver::{self, Mode};
-use super::super::stage::Stage;
-use super::super::timeline::Timeline;
-use super::super::watch;
 use super::verdicts::Outcome;
 use super::{BUSY, Cast, DRAIN, GROUPS, QUIET, SETUP_CONCURRENCY, Sizes, TRICKLE, WEIGHTED};
+use crate::BenchArgs;
+use crate::harness::{Sluice, Tuning};
+use crate::load::Api;
+use crate::receiver::{self, Mode};
+use crate::stage::Stage;
+use crate::timeline::Timeline;
+use crate::watch;
 
 /// Run one phase on a fresh sluice.
 pub(super) async fn phase(

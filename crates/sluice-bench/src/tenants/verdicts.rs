@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use sluice::plan::prom::HistogramSnapshot;
 
-use super::super::timeline::{Timeline, ms};
 use super::WEIGHTED;
+use crate::timeline::{Timeline, ms};
 
 /// What a phase recorded.
 pub(super) struct Outcome {
