@@ -13,11 +13,11 @@
 //! `webhook-id`; nothing the SIGTERM'd dispatcher claimed stays leased after it exits;
 //! `GET /v1/scale` follows the live dispatcher count within one heartbeat; deliveries go on while
 //! Redis is down. Last, a backlog is drained by one process and by the fleet with the same total
-//! concurrency ([`saturation`]): the fleet's deliveries per second at saturation beside one
+//! concurrency ([`crate::saturation`]): the fleet's deliveries per second at saturation beside one
 //! process's.
 //!
 //! # Layout
-//! - [`run`]: the baseline process, the fleet, the load and its events, what was observed;
+//! - [`run`](mod@run): the baseline process, the fleet, the load and its events, what was observed;
 //! - [`verdicts`]: loss and duplicates, the `/v1/scale` lag, drain counts (pure, unit-tested);
 //! - [`figures`]: the report and the chart.
 

@@ -14,7 +14,7 @@
 //! first creates the tenant and endpoints through the API, the second measures.
 //!
 //! # Layout
-//! - [`run`]: one phase on a fresh store, the burst, the table sizes;
+//! - [`run`](mod@run): one phase on a fresh store, the burst, the table sizes;
 //! - [`fill`]: the history written straight to the store;
 //! - [`verdicts`]: slowdowns against the empty store and their targets (pure, unit-tested);
 //! - [`figures`]: the report and the chart.

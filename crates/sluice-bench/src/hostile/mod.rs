@@ -18,7 +18,7 @@
 //! `webhook-id` received twice at any receiver, nothing sent to A's endpoints without a token.
 //!
 //! # Layout
-//! - [`run`]: one phase on a fresh sluice, what it recorded;
+//! - [`run`](mod@run): one phase on a fresh sluice, what it recorded;
 //! - [`verdicts`]: the verdicts' arithmetic (pure, unit-tested);
 //! - [`figures`]: the figures and verdicts;
 //! - [`token_answer`]: the `sluice serve` process beside a huge token answer.

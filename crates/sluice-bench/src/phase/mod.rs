@@ -5,7 +5,7 @@
 //!
 //! # Layout
 //! - this file: what a phase is asked to run and what it measured, and its readings;
-//! - [`run`]: the phase driven on its stage, and the FIFO order read back.
+//! - [`run`](mod@run): the phase driven on its stage, and the FIFO order read back.
 
 mod run;
 

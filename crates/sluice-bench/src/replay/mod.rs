@@ -15,7 +15,7 @@
 //! governor, not the pool, decides what an endpoint gets).
 //!
 //! # Layout
-//! - [`run`]: the levels on one sluice, sampled;
+//! - [`run`](mod@run): the levels on one sluice, sampled;
 //! - [`verdicts`]: each level's figures reduced from the samples, the pass criteria (pure,
 //!   unit-tested);
 //! - [`figures`]: the report and the chart.

@@ -8,8 +8,8 @@
 //! to the store: registered-but-idle endpoints should cost nothing but disk.
 //!
 //! # Layout
-//! - [`burst`]: the standard burst and what it measures (shared with `history`);
-//! - [`run`]: one endpoint count on a fresh sluice;
+//! - [`burst`](mod@burst): the standard burst and what it measures (shared with `history`);
+//! - [`run`](mod@run): one endpoint count on a fresh sluice;
 //! - [`figures`]: the report and the chart. `scale` reports; it judges nothing.
 
 mod burst;

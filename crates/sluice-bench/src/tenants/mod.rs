@@ -16,7 +16,7 @@
 //! 5. `trickle`: one message a second from a third tenant beside the backlog: its latency.
 //!
 //! # Layout
-//! - [`run`]: one phase on a fresh sluice, its tenants and load;
+//! - [`run`](mod@run): one phase on a fresh sluice, its tenants and load;
 //! - [`verdicts`]: what a phase recorded, the shares and the pass criteria (pure, unit-tested);
 //! - [`figures`]: the report and the chart.
 
