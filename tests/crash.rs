@@ -11,8 +11,7 @@ use sluice::store::Store;
 use sluice_testkit::receiver::{self, Behavior};
 use support::{ADMIN, eventually, free_port};
 
-mod processes;
-use processes::Process;
+use sluice_testkit::process::Process;
 
 /// `sluice serve` on `port` with its store in `data`, up once `/readyz` answers 200.
 async fn serve(data: &std::path::Path, port: u16) -> Process {

@@ -84,7 +84,9 @@ async fn a_frozen_postgres_gets_fast_503s_and_sluice_recovers_when_it_thaws() {
         .expect("resolve the database host")
         .next()
         .expect("an address");
-    let proxy = freeze_proxy::FreezeProxy::start(upstream).await;
+    let proxy = freeze_proxy::FreezeProxy::start(upstream)
+        .await
+        .expect("freeze proxy");
     let through_proxy = format!(
         "postgres://{}@{}/{}",
         config.get_user().unwrap_or("postgres"),
@@ -117,7 +119,7 @@ async fn a_frozen_postgres_gets_fast_503s_and_sluice_recovers_when_it_thaws() {
         acknowledged.push(body["id"].as_str().expect("id").to_owned());
     }
 
-    proxy.freeze();
+    proxy.set_frozen(true);
     // A producer and a readiness probe, at the same time, while the database hangs.
     let (posted, ready) = tokio::join!(post_message(&s, &token, "during-0"), readyz(&s));
     let (status, ct, body, took) = posted.unwrap_or_else(|e| {
@@ -145,7 +147,7 @@ async fn a_frozen_postgres_gets_fast_503s_and_sluice_recovers_when_it_thaws() {
     assert_eq!(status, 503, "{body}");
     assert!(started.elapsed() <= DEADLINE + MARGIN);
 
-    proxy.thaw();
+    proxy.set_frozen(false);
     let recovered = eventually(Duration::from_secs(60), || async {
         matches!(readyz(&s).await, Ok((200, ..)))
     })

@@ -2,14 +2,12 @@
 //! still answer), and when it ends nothing is left leased: every claimed delivery was either
 //! attempted or released, including those a claim was fetching when the drain began.
 
-mod processes;
-
 use sluice_testkit as support;
 
 use std::time::Duration;
 
-use processes::{Client, Process};
 use serde_json::json;
+use sluice_testkit::process::{Client, Process};
 use sluice_testkit::receiver::{self as receivers, Behavior};
 use support::{Sluice, eventually, test_settings};
 

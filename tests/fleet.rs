@@ -5,10 +5,9 @@
 //! `SLUICE_REQUIRE_SERVICES=1`, where that is a failure. `SLUICE_REDIS_SERVER` may name the binary.
 
 use sluice_testkit as support;
+use support::RedisServer;
 
 use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,112 +16,17 @@ use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use sluice::admission::fleet::{FleetAcquire, FleetError, FleetLanes, FleetSettings};
 
-/// A private redis-server child process on a fixed loopback port; killed on drop.
-struct RedisServer {
-    binary: PathBuf,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl RedisServer {
-    /// Start a server on a free port, or None (skip) when there is no binary.
-    async fn start() -> Option<RedisServer> {
-        let binary = redis_server_binary()?;
-        let port = support::free_port();
-        let mut server = RedisServer {
-            binary,
-            port,
-            child: None,
-        };
-        server.restart().await;
-        Some(server)
-    }
-
-    /// A server object for a free port with nothing listening yet (Redis "down at start").
-    fn not_started() -> Option<RedisServer> {
-        let binary = redis_server_binary()?;
-        Some(RedisServer {
-            binary,
-            port: support::free_port(),
-            child: None,
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// (Re)start the server on the same port and wait until it answers PING.
-    async fn restart(&mut self) {
-        let child = Command::new(&self.binary)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(mut conn) = try_connect(&self.url()).await
-                && redis::cmd("PING")
-                    .query_async::<String>(&mut conn)
-                    .await
-                    .is_ok()
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("redis-server on port {} did not come up", self.port);
-    }
-
-    /// Kill the server (the outage).
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// A plain connection for inspecting what the fleet wrote.
-    async fn inspect(&self) -> MultiplexedConnection {
-        try_connect(&self.url())
-            .await
-            .expect("inspection connection")
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
+/// A plain connection for inspecting what the fleet wrote.
+async fn inspect(server: &RedisServer) -> MultiplexedConnection {
+    try_connect(&server.url())
+        .await
+        .expect("inspection connection")
 }
 
 async fn try_connect(url: &str) -> redis::RedisResult<MultiplexedConnection> {
     redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await
-}
-
-fn redis_server_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let candidates = std::env::var_os("SLUICE_REDIS_SERVER")
-        .map(PathBuf::from)
-        .into_iter()
-        .chain(std::env::split_paths(&path).map(|d| d.join("redis-server")))
-        .chain([PathBuf::from("/usr/bin/redis-server")]);
-    for candidate in candidates {
-        if candidate.is_file() {
-            return Some(candidate);
-        }
-    }
-    assert!(
-        !support::services_required(),
-        "redis-server not found but SLUICE_REQUIRE_SERVICES=1: Redis is required"
-    );
-    eprintln!("SKIPPED: redis-server not found; this fleet-lanes test did not run");
-    None
 }
 
 /// Test settings: a fast heartbeat so the tests take seconds, not minutes.
@@ -159,7 +63,7 @@ async fn allowance_holds_across_three_dispatchers() {
     }
     let held = Arc::new(AtomicU32::new(0));
     let max_held = Arc::new(AtomicU32::new(0));
-    let inspect = server.inspect().await;
+    let inspect = inspect(&server).await;
     let mut tasks = Vec::new();
     for i in 0..20 {
         let (lane, held, max_held) = (lanes[i % 3].clone(), held.clone(), max_held.clone());
@@ -315,7 +219,7 @@ async fn a_young_holder_of_an_unregistered_dispatcher_is_not_pruned() {
     let second = FleetLanes::connect(&server.url(), slow_beats("second"))
         .await
         .unwrap();
-    let mut conn = server.inspect().await;
+    let mut conn = inspect(&server).await;
     redis::cmd("FLUSHALL")
         .query_async::<()>(&mut conn)
         .await
@@ -343,7 +247,7 @@ async fn slot_expiry_is_scored_on_the_redis_clock() {
         return;
     };
     let lanes = fleet(&server, "clock").await;
-    let mut inspect = server.inspect().await;
+    let mut inspect = inspect(&server).await;
     let before_ms = redis_now_ms(&mut inspect).await;
     let FleetAcquire::Acquired(slot) = lanes.try_acquire("ep_clock", 2).await else {
         panic!("an empty lane admits");
@@ -436,7 +340,7 @@ async fn a_restarted_redis_does_not_shrink_the_live_count() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(lanes.iter().all(FleetLanes::is_degraded));
-    server.restart().await;
+    server.restart().await.expect("redis-server");
     // Watch every handle from the restart until all are back and a few beats have passed.
     let mut lowest = u32::MAX;
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -536,7 +440,7 @@ async fn redis_outage_degrades_quickly_and_recovers() {
     assert_eq!(lanes.local_share(4), 4);
     tokio::time::sleep(Duration::from_millis(600)).await; // a few failed heartbeats
 
-    server.restart().await;
+    server.restart().await.expect("redis-server");
     let deadline = Instant::now() + Duration::from_secs(5);
     let slot = loop {
         match lanes.try_acquire("ep_out", 4).await {
@@ -569,7 +473,7 @@ async fn connect_succeeds_while_redis_is_down() {
     );
     assert_eq!(lanes.local_share(2), 2, "alone as far as it knows");
 
-    server.restart().await;
+    server.restart().await.expect("redis-server");
     let deadline = Instant::now() + Duration::from_secs(5);
     while !matches!(
         lanes.try_acquire("ep_early", 2).await,

@@ -5,47 +5,16 @@
 
 use sluice_testkit as support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
 use sluice_testkit::receiver::{self, Behavior};
-use support::{ADMIN, eventually, free_port};
+use support::{ADMIN, RedisServer, eventually};
 
-mod processes;
-use processes::Process;
-
-/// A redis-server child, killed on drop. Kept here rather than in `processes`: it is not sluice,
-/// and this test stops and restarts it on the same port mid-run.
-struct Redis(Child);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn redis_server(port: u16) -> Option<Child> {
-    Command::new(std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into()))
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()
-}
+use sluice_testkit::process::Process;
 
 /// A `sluice serve` of `role` on the shared database, without Redis.
-fn sluice_on(db: &str, role: &str) -> processes::Builder {
+fn sluice_on(db: &str, role: &str) -> sluice_testkit::process::Builder {
     Process::command("serve")
         .listen()
         .args(&[
@@ -63,7 +32,7 @@ fn sluice_on(db: &str, role: &str) -> processes::Builder {
 }
 
 /// A `sluice serve` of `role` on the shared database and Redis.
-fn sluice(db: &str, redis: &str, role: &str) -> processes::Builder {
+fn sluice(db: &str, redis: &str, role: &str) -> sluice_testkit::process::Builder {
     sluice_on(db, role).args(&["--redis-url", redis])
 }
 
@@ -115,15 +84,10 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
     let Some(db) = support::fresh_postgres().await else {
         return;
     };
-    let redis_port = free_port();
-    let Some(redis) = redis_server(redis_port) else {
-        assert!(!support::services_required(), "redis-server is required");
-        eprintln!("SKIPPED: redis-server not found");
+    let Some(mut redis) = RedisServer::start().await else {
         return;
     };
-    let mut redis = Redis(redis);
-    let redis_url = format!("redis://127.0.0.1:{redis_port}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let redis_url = redis.url();
 
     let rx = receiver::start(Behavior::Slow(Duration::from_millis(300)), true)
         .await
@@ -148,8 +112,7 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
     );
     // Stop Redis mid-run.
     let peak_before = rx.record.reset_peak();
-    redis.0.kill().unwrap();
-    redis.0.wait().unwrap();
+    redis.stop();
     let at_outage = rx.record.requests();
     assert!(
         eventually(Duration::from_secs(60), || async {
@@ -160,7 +123,7 @@ async fn three_dispatchers_share_one_lane_through_redis_outages() {
     );
     let peak_outage = rx.record.reset_peak();
     // Start it again on the same port.
-    let _restarted = Redis(redis_server(redis_port).unwrap());
+    redis.restart().await.expect("redis-server");
     let all = eventually(Duration::from_secs(120), || async {
         let got = rx.record.distinct_ids();
         ids.iter().all(|id| got.contains(id))

@@ -2,73 +2,27 @@
 //! `redis-server` together never exceed the limit; with Redis gone, each keeps to its share,
 //! and the shares together keep to the limit. Upper bounds only, from the bucket's arithmetic.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluice::admission::fleet::{FleetLanes, FleetRate, FleetSettings};
 use sluice::dispatcher::Look;
 use sluice::model::RateLimit;
 use sluice_testkit as support;
-use support::{Sluice, eventually, free_port};
+use support::{RedisServer, Sluice, eventually};
 
 #[allow(dead_code)] // each test file uses its own part of it
 #[path = "rate/common.rs"]
 mod common;
-
-/// A private redis-server on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    url: String,
-}
-
-impl Redis {
-    async fn start() -> Option<Redis> {
-        let port = free_port();
-        let binary = std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let Ok(child) = child else {
-            assert!(!support::services_required(), "redis-server is required");
-            eprintln!("SKIPPED: redis-server not found");
-            return None;
-        };
-        let url = format!("redis://127.0.0.1:{port}");
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let up = eventually(Duration::from_secs(10), || async {
-            match client.get_multiplexed_async_connection().await {
-                Ok(mut c) => redis::cmd("PING")
-                    .query_async::<String>(&mut c)
-                    .await
-                    .is_ok(),
-                Err(_) => false,
-            }
-        })
-        .await;
-        assert!(up, "redis-server on port {port} did not come up");
-        Some(Redis { child, url })
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The Redis bucket, one script call per turn: the burst at once, then a hold naming the wait
 /// to the next turn (one interval, less the little time the calls took); separate endpoints
 /// have separate buckets; a Redis that is gone is `Unavailable`, never a turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_bucket_gives_the_burst_then_names_the_wait() {
-    let Some(redis) = Redis::start().await else {
+    let Some(redis) = RedisServer::start().await else {
         return;
     };
-    let lanes = FleetLanes::connect(&redis.url, FleetSettings::default())
+    let lanes = FleetLanes::connect(&redis.url(), FleetSettings::default())
         .await
         .unwrap();
     // One turn every 100 s: the calls below take far less than that, however slow the machine.
@@ -112,15 +66,15 @@ async fn the_redis_bucket_gives_the_burst_then_names_the_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dispatchers_together_never_exceed_the_limit() {
     const N: usize = 30;
-    let Some(redis) = Redis::start().await else {
+    let Some(redis) = RedisServer::start().await else {
         return;
     };
     let Some(bench) = common::bench(2.0, 2, N).await else {
         return;
     };
     let started = Instant::now();
-    let one = bench.dispatcher(Some(&redis.url)).await;
-    let two = bench.dispatcher(Some(&redis.url)).await;
+    let one = bench.dispatcher(Some(&redis.url())).await;
+    let two = bench.dispatcher(Some(&redis.url())).await;
     let got = bench
         .watch(N, started, Duration::from_secs(180), |e| bench.allowed(e))
         .await;
@@ -142,7 +96,7 @@ async fn two_dispatchers_together_never_exceed_the_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_gone_each_dispatcher_keeps_to_its_share() {
     const N: usize = 12;
-    let Some(redis) = Redis::start().await else {
+    let Some(redis) = RedisServer::start().await else {
         return;
     };
     // A short deadline: the fleet lanes' outage rule waits for attempts admitted through Redis
@@ -151,8 +105,8 @@ async fn with_redis_gone_each_dispatcher_keeps_to_its_share() {
     let Some(bench) = common::bench_with(2.0, 2, 0, extra).await else {
         return;
     };
-    let one = bench.dispatcher(Some(&redis.url)).await;
-    let two = bench.dispatcher(Some(&redis.url)).await;
+    let one = bench.dispatcher(Some(&redis.url())).await;
+    let two = bench.dispatcher(Some(&redis.url())).await;
     let live = |s: &Sluice| {
         let ctx = s.running.dispatcher.as_ref().expect("a dispatcher");
         ctx.view(Look::Pool).pool.live_dispatchers

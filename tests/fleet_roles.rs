@@ -9,7 +9,6 @@
 #[path = "console/client.rs"]
 #[allow(dead_code)]
 mod client;
-mod processes;
 
 use sluice_testkit as support;
 
@@ -18,7 +17,7 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_testkit::receiver::{self, Behavior};
 
-use processes::{Client, Process};
+use sluice_testkit::process::{Client, Process};
 use support::{ADMIN, eventually};
 
 fn gauge(text: &str, name: &str) -> Option<f64> {

@@ -6,8 +6,7 @@ use sluice_testkit as support;
 
 use std::time::{Duration, Instant};
 
-mod processes;
-use processes::Process;
+use sluice_testkit::process::Process;
 
 fn spawn(db: &str) -> Process {
     Process::command("serve")

@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use sluice_testkit::receiver::{self as receivers, Behavior};
 use sluice_testkit::{eventually, free_port, http};
 
-mod processes;
-use processes::{Builder, Process};
+use sluice_testkit::process::{Builder, Process};
 
 const ADMIN: &str = "operations-admin-token-0123456789";
 

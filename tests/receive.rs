@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use sluice::signing::{Secret, SigningKey, signature_header};
 
-mod processes;
-use processes::Process;
+use sluice_testkit::process::Process;
 
 /// `sluice receive` on a free port with `secret`.
 fn start(secret: &str) -> Process {

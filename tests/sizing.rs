@@ -10,8 +10,7 @@ use sluice::sizing::signal::{ScaleDirection, ScaleLimit, scale_signal};
 use sluice::sizing::{ScalingPolicy, ScalingSettings};
 use sluice_testkit::receiver::{self, Behavior};
 
-mod processes;
-use processes::Process;
+use sluice_testkit::process::Process;
 
 const ADMIN: &str = "sk_admin_sizing_test_token";
 const MESSAGES: usize = 12;

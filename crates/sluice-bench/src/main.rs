@@ -13,19 +13,25 @@
 //! # Layout
 //! - [`harness`]: the sluice under test and its API; [`probe`]: its live dispatcher state.
 //! - [`receiver`]: receivers that time deliveries into the [`timeline`] (per-second latencies);
-//!   [`load`]: producers.
+//!   [`load`]: producers; [`producer`]: the fleet scenarios' producer (one POST, or retried on
+//!   its `Idempotency-Key`) and [`arrivals`]: what their receivers saw.
 //! - [`phase`]: healthy customers next to one bad one, the shape of most scenarios; [`compare`]:
 //!   the figures and chart panel of healthy latency with and without it.
 //! - [`watch`]: sampling and the progress bar; [`sys`]: CPU and memory from `/proc`.
 //! - [`report`] and [`chart`]: the output (figures, notes, PASS/FAIL verdicts).
-//! - One file per scenario: [`throughput`], [`scale`], [`slow_consumer`], [`dead_endpoint`],
-//!   [`throttled`], [`flood`], [`replay`], [`fleet`] (its lease readings are its own),
-//!   [`tenants`], [`hostile`] (its own folder: phases, figures, and a `sluice serve` process
-//!   beside a huge token answer), [`tls`], [`rate_limited`], [`history`], [`soak`] (with [`pgproxy`], the
-//!   database proxy that freezes and drops connections); [`procs`]: the `sluice serve` and
-//!   `redis-server` processes of a fleet, or a lone `sluice serve`; [`stage`]: the sluice a phase drives, in this process or on such a
-//!   fleet (`--dispatchers`).
+//! - A scenario of substance is a folder: `mod.rs` (its entry), `run.rs` (drives processes and
+//!   load), `verdicts.rs` (pure judgements over the numbers collected, unit-tested) and
+//!   `figures.rs` (the report): [`soak`] (and its fault `schedule`), [`fleet`], [`replay`],
+//!   [`tenants`], [`hostile`] (and its `token_answer`), [`history`] (and its `fill`), [`scale`]
+//!   (reports, judges nothing; its `burst` is `history`'s too). The small ones are a file each:
+//!   [`throughput`], [`slow_consumer`], [`dead_endpoint`], [`throttled`], [`flood`], [`tls`],
+//!   [`rate_limited`], [`fifo`], [`drain`], [`backlog`], [`saturation`].
+//! - [`procs`]: the `sluice serve` processes of a fleet, or a lone one (their flags from the
+//!   testkit's process harness; the `redis-server` is the testkit's too, and so is `soak`'s
+//!   freezing database proxy); [`stage`]: the sluice a phase drives, in this process or on such
+//!   a fleet (`--dispatchers`).
 
+mod arrivals;
 mod backlog;
 mod chart;
 mod compare;
@@ -38,10 +44,10 @@ mod harness;
 mod history;
 mod hostile;
 mod load;
-mod pgproxy;
 mod phase;
 mod probe;
 mod procs;
+mod producer;
 mod rate_limited;
 mod receiver;
 mod replay;

@@ -1,5 +1,5 @@
 //! Processes of a fleet for the scenarios that run one: `sluice serve` processes (the `sluice`
-//! binary beside this one) and a `redis-server` of their own; or one `sluice serve` on its own,
+//! binary beside this one, its flags and environment from the testkit's [`Process`] harness), beside a `redis-server` of their own (the testkit's `RedisServer`); or one `sluice serve` on its own,
 //! whose memory is its alone (`hostile`'s token answer).
 
 use std::path::{Path, PathBuf};
@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use sluice_testkit::process::{Builder, Process};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
@@ -32,28 +32,20 @@ impl Proc {
         name: &str,
         port: u16,
     ) -> anyhow::Result<Self> {
-        let mut command = Command::new(&fleet.binary);
-        command
-            .args([
-                "serve",
-                "--role",
-                role,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .args(["--database-url", &fleet.database_url])
-            .args(
-                fleet
-                    .redis_url
-                    .as_deref()
-                    .map(|url| ["--redis-url", url])
-                    .into_iter()
-                    .flatten(),
-            )
-            .args(["--allow-network", "127.0.0.0/8"])
-            .args(&fleet.extra)
-            .env("SLUICE_ADMIN_TOKEN", &fleet.admin_token);
-        Self::launch(command, &fleet.binary, &fleet.log_dir, name, port)
+        let mut builder = Process::serve_on(port).binary(&fleet.binary).args(&[
+            "--role",
+            role,
+            "--database-url",
+            &fleet.database_url,
+        ]);
+        if let Some(url) = fleet.redis_url.as_deref() {
+            builder = builder.args(&["--redis-url", url]);
+        }
+        for extra in &fleet.extra {
+            builder = builder.arg(extra);
+        }
+        let builder = builder.env("SLUICE_ADMIN_TOKEN", &fleet.admin_token);
+        Self::launch(&builder, &fleet.binary, &fleet.log_dir, name, port)
     }
 
     /// One `sluice serve` on its own (API and dispatcher, the embedded store in `data_dir`, no
@@ -66,19 +58,21 @@ impl Proc {
         extra: &[String],
     ) -> anyhow::Result<Self> {
         let port = sluice_testkit::free_port();
-        let mut command = Command::new(binary);
-        command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        let mut builder = Process::serve_on(port)
+            .binary(binary)
             .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--allow-network", "127.0.0.0/8"])
-            .args(extra)
-            .env("SLUICE_ADMIN_TOKEN", admin_token);
-        Self::launch(command, binary, data_dir, name, port)
+            .arg(data_dir);
+        for extra in extra {
+            builder = builder.arg(extra);
+        }
+        let builder = builder.env("SLUICE_ADMIN_TOKEN", admin_token);
+        Self::launch(&builder, binary, data_dir, name, port)
     }
 
+    /// Start what `builder` says (its arguments and environment, the testkit's), its stderr into
+    /// `log_dir/name.log`, killed on drop.
     fn launch(
-        mut command: Command,
+        builder: &Builder,
         binary: &Path,
         log_dir: &Path,
         name: &str,
@@ -86,9 +80,7 @@ impl Proc {
     ) -> anyhow::Result<Self> {
         let log = log_dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let child = command
-            // The binary's own lines (listening, stopped: …) are info; the rest only warnings.
-            .env("SLUICE_LOG", "warn,sluice=info")
+        let child = Command::from(builder.command())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
@@ -151,58 +143,6 @@ impl Proc {
     }
 }
 
-/// A `redis-server` on a port of its own, so it can be stopped and started again.
-pub(crate) struct Redis {
-    pub(crate) port: u16,
-    child: Option<Child>,
-}
-
-impl Redis {
-    pub(crate) async fn start(port: u16) -> anyhow::Result<Self> {
-        let program =
-            std::env::var("SLUICE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&program)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("spawn {program} (the fleet scenario runs its own Redis)"))?;
-        let redis = Self {
-            port,
-            child: Some(child),
-        };
-        let until = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < until {
-            if redis.ping().await {
-                return Ok(redis);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        bail!("redis-server on port {port} never answered PING")
-    }
-
-    pub(crate) async fn ping(&self) -> bool {
-        let Ok(mut socket) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
-            return false;
-        };
-        let mut buf = [0u8; 16];
-        socket.write_all(b"PING\r\n").await.is_ok()
-            && tokio::time::timeout(Duration::from_secs(1), socket.read(&mut buf))
-                .await
-                .is_ok_and(|r| r.is_ok_and(|n| buf[..n].starts_with(b"+PONG")))
-    }
-
-    /// Stop it hard (`kill -9`: nothing saved, every lane slot gone).
-    pub(crate) async fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
-        }
-    }
-}
-
 /// Where the fleet's processes find their binary, store, Redis and token.
 pub(crate) struct Fleet {
     /// The `sluice` binary.
@@ -220,18 +160,10 @@ pub(crate) struct Fleet {
 }
 
 /// The `sluice` binary beside this one (`sluice bench` runs `sluice-bench` from its own
-/// directory, so both are built together).
+/// directory, so both are built together), or `SLUICE_BIN`.
 pub(crate) fn sluice_binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("current_exe")?;
-    let path = exe
-        .parent()
-        .context("the bench binary has no directory")?
-        .join("sluice");
-    anyhow::ensure!(
-        path.is_file(),
-        "{} not found: the fleet scenario runs the sluice binary beside sluice-bench \
+    sluice_testkit::process::find_sluice_binary().context(
+        "the sluice binary was not found beside sluice-bench: the fleet scenarios run it \
          (cargo build --release -p sluice -p sluice-bench)",
-        path.display()
-    );
-    Ok(path)
+    )
 }

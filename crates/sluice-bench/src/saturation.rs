@@ -16,11 +16,12 @@ use tokio::time::Instant;
 
 use super::backlog;
 use super::harness::FreshDatabase;
-use super::procs::{Fleet, Proc, Redis};
+use super::procs::{Fleet, Proc};
 use super::report::{Report, ratio};
 use super::store_cpu::StoreCpu;
 use super::sys;
 use super::timeline::Timeline;
+use sluice_testkit::RedisServer;
 
 /// The fleet drains at least this share of one process's rate.
 pub(crate) const TARGET: f64 = 0.9;
@@ -161,7 +162,7 @@ async fn drain(
 ) -> anyhow::Result<Drained> {
     let db = FreshDatabase::create(server).await?;
     let redis_port = sluice_testkit::free_port();
-    let mut redis = Redis::start(redis_port).await?;
+    let mut redis = RedisServer::start_on(redis_port).await?;
     let drained = async {
         let per_process = if dispatchers == 0 {
             sizes.concurrency
@@ -240,7 +241,7 @@ async fn drain(
         })
     }
     .await;
-    redis.stop().await;
+    redis.stop();
     db.drop_it().await;
     drained
 }

@@ -7,7 +7,8 @@ use anyhow::Context;
 
 use super::BenchArgs;
 use super::harness::{FreshDatabase, Sluice, Tuning};
-use super::procs::{Fleet, Proc, Redis, sluice_binary};
+use super::procs::{Fleet, Proc, sluice_binary};
+use sluice_testkit::RedisServer;
 
 /// The sluice of one phase.
 pub(crate) struct Stage {
@@ -29,7 +30,7 @@ enum Around {
 /// The processes, Redis and database of a fleet phase.
 struct FleetParts {
     processes: Vec<Proc>,
-    redis: Option<Redis>,
+    redis: Option<RedisServer>,
     db: FreshDatabase,
     log_dir: std::path::PathBuf,
 }
@@ -70,7 +71,7 @@ impl Stage {
             None
         } else {
             let port = sluice_testkit::free_port();
-            Some((Redis::start(port).await?, port))
+            Some((RedisServer::start_on(port).await?, port))
         };
         let log_dir = std::env::temp_dir().join(format!(
             "sluice-bench-fleet-{}-{}",
@@ -145,7 +146,7 @@ impl Stage {
                     let _ = p.kill9().await;
                 }
                 if let Some(mut redis) = redis {
-                    redis.stop().await;
+                    redis.stop();
                 }
                 db.drop_it().await;
                 let _ = std::fs::remove_dir_all(&log_dir);

@@ -5,13 +5,17 @@
 //!
 //! - [`receiver`]: real HTTP receivers on loopback (fast, slow, blackhole, throttling, capped,
 //!   flaky, gone, redirecting, oversized, hostile), each recording what it saw.
+//! - [`process`]: the `sluice` binary as a child process (`sluice serve` and the rest), stopped
+//!   with SIGTERM or SIGKILL, what it wrote collected.
 //! - [`harness`]: a sluice started in this process, with helpers for the public API; [`api`]:
 //!   requests that keep every part of the answer, and the assertions API tests share.
 //! - [`services`]: a fresh PostgreSQL database or SQLite store per test, the Redis URL, the
 //!   independent signature verifier; a missing service skips loudly, or fails under CI.
 //! - [`drivers`]: one test body run on SQLite and on PostgreSQL ([`drivers!`]), as
 //!   `sqlite::name` and `postgres::name`.
-//! - [`freeze_proxy`]: a TCP proxy that stops forwarding on demand (a hung database).
+//! - [`freeze_proxy`]: a TCP proxy that stops forwarding on demand (a hung database) or closes
+//!   and refuses every connection (a database restart).
+//! - [`redis_server`]: a private `redis-server` child on a port of its own, to kill and restart.
 //! - [`egress_proxy`]: a real HTTP egress proxy (Debian's tinyproxy) with a log to read.
 //! - [`tls`]: a test CA made at test time, its server and client certificates, the server
 //!   configuration of an HTTPS receiver (optionally requiring a client certificate).
@@ -25,11 +29,14 @@ pub mod drivers;
 pub mod egress_proxy;
 pub mod freeze_proxy;
 pub mod harness;
+pub mod process;
 pub mod receiver;
+pub mod redis_server;
 pub mod services;
 pub mod tls;
 
 pub use harness::{ADMIN, Sluice, test_settings};
+pub use redis_server::RedisServer;
 pub use services::{
     fresh_postgres, fresh_postgres_store, fresh_sqlite, postgres_client, postgres_store,
     python_verifier, redis_url, services_required,

@@ -18,13 +18,15 @@
 //! `webhook-id` received twice at any receiver, nothing sent to A's endpoints without a token.
 //!
 //! # Layout
-//! - [`phase`]: one phase on a fresh sluice, what it recorded;
-//! - [`figures`]: the figures and verdicts (the verdicts' arithmetic pure, unit-tested);
+//! - [`run`](mod@run): one phase on a fresh sluice, what it recorded;
+//! - [`verdicts`]: the verdicts' arithmetic (pure, unit-tested);
+//! - [`figures`]: the figures and verdicts;
 //! - [`token_answer`]: the `sluice serve` process beside a huge token answer.
 
 mod figures;
-mod phase;
+mod run;
 mod token_answer;
+mod verdicts;
 
 use std::time::Duration;
 
@@ -148,7 +150,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     let sizes = Sizes::of(args);
     let mut phases = Vec::with_capacity(PHASES.len());
     for spec in PHASES {
-        phases.push(phase::run(args, sizes, spec).await?);
+        phases.push(run::run(args, sizes, spec).await?);
     }
     let token = token_answer::run(args, sizes.token).await?;
 

@@ -20,7 +20,7 @@ use axum::routing::any;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::figures::attempt_kind;
+use super::verdicts::attempt_kind;
 use crate::BenchArgs;
 use crate::harness::{Sluice, Tuning};
 use crate::load::Api;

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::figures::attempt_kind;
+use super::verdicts::attempt_kind;
 use super::{A, B, DRAIN, GROUPS, Hostile, SETUP_CONCURRENCY, Sizes, Spec};
 use crate::harness::Tuning;
 use crate::load::Api;

@@ -1,14 +1,16 @@
-//! Helpers for tests that run the real `sluice` binary as processes: [`Process::serve`] (a
+//! The real `sluice` binary run as a child process, for tests and the bench: [`Process::serve`] (a
 //! `sluice serve` as tests usually want it) or [`Process::command`] (any subcommand, nothing
 //! added) build one, with env vars set or removed; [`Builder::start`] waits for it to answer,
 //! [`Builder::run`] runs a command that must end by itself to completion. A running process can be
 //! stopped with SIGTERM (its drain) or SIGKILL, and what it wrote to stdout and stderr is
 //! collected as it comes (a pipe left unread fills up and blocks the process's logging, and with
 //! it the process). A small client for its HTTP API.
-
-#![allow(dead_code)]
+//!
+//! The binary is [`sluice_binary`]: `SLUICE_BIN`, else the `sluice` that cargo built beside
+//! the running test or bench executable.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,30 +20,55 @@ use serde_json::{Value, json};
 /// How long a process is given to answer, or to exit once it must.
 const PATIENCE: Duration = Duration::from_secs(30);
 
+/// The `sluice` binary: `SLUICE_BIN`, else `sluice` in the directory of the running executable
+/// or the one above it (cargo puts integration tests in `target/<profile>/deps/`, binaries in
+/// `target/<profile>/`); `None` when there is none.
+pub fn find_sluice_binary() -> Option<PathBuf> {
+    if let Some(named) = std::env::var_os("SLUICE_BIN") {
+        return Some(PathBuf::from(named));
+    }
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("sluice"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// [`find_sluice_binary`], which must find it.
+pub fn sluice_binary() -> PathBuf {
+    find_sluice_binary()
+        .expect("the sluice binary beside this executable (cargo build -p sluice), or SLUICE_BIN")
+}
+
 /// A `sluice` process being built: its subcommand, arguments and environment.
-pub(crate) struct Builder {
+pub struct Builder {
+    binary: Option<PathBuf>,
     args: Vec<OsString>,
     env: Vec<(String, Option<String>)>,
     port: Option<u16>,
 }
 
 /// A running `sluice` process; killed if the test ends without stopping it.
-pub(crate) struct Process {
+pub struct Process {
     child: Option<Child>,
     stdout: Collected,
     stderr: Collected,
     /// Its `--listen` port, when the builder gave one.
-    pub(crate) port: u16,
+    pub port: u16,
     /// `http://127.0.0.1:PORT` of its `--listen` address (empty without one).
-    pub(crate) base: String,
+    pub base: String,
 }
 
 /// A process that has exited: how, and everything it wrote.
 #[derive(Debug)]
-pub(crate) struct Finished {
-    pub(crate) status: ExitStatus,
-    pub(crate) stdout: String,
-    pub(crate) stderr: String,
+pub struct Finished {
+    /// How it exited.
+    pub status: ExitStatus,
+    /// Everything it wrote to stdout.
+    pub stdout: String,
+    /// Everything it wrote to stderr.
+    pub stderr: String,
 }
 
 /// One output stream, read on a thread as it comes, line by line.
@@ -85,54 +112,67 @@ impl Collected {
 
 impl Builder {
     /// One more argument.
-    pub(crate) fn arg(mut self, arg: impl Into<OsString>) -> Builder {
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Builder {
         self.args.push(arg.into());
         self
     }
 
     /// More arguments.
-    pub(crate) fn args(mut self, args: &[&str]) -> Builder {
+    pub fn args(mut self, args: &[&str]) -> Builder {
         self.args.extend(args.iter().map(OsString::from));
         self
     }
 
     /// Set an environment variable.
-    pub(crate) fn env(mut self, key: &str, value: &str) -> Builder {
+    pub fn env(mut self, key: &str, value: &str) -> Builder {
         self.env.push((key.to_owned(), Some(value.to_owned())));
         self
     }
 
     /// Remove an environment variable (one this test process has would otherwise pass on).
-    pub(crate) fn env_remove(mut self, key: &str) -> Builder {
+    pub fn env_remove(mut self, key: &str) -> Builder {
         self.env.push((key.to_owned(), None));
         self
     }
 
     /// `--listen 127.0.0.1:PORT` on a free loopback port.
-    pub(crate) fn listen(self) -> Builder {
-        self.listen_on(sluice_testkit::free_port())
+    pub fn listen(self) -> Builder {
+        self.listen_on(crate::free_port())
     }
 
     /// `--listen 127.0.0.1:PORT` on this port (a restart on the same address).
-    pub(crate) fn listen_on(mut self, port: u16) -> Builder {
+    pub fn listen_on(mut self, port: u16) -> Builder {
         self.port = Some(port);
         self.args(&["--listen", &format!("127.0.0.1:{port}")])
     }
 
-    /// Start it and return at once.
-    pub(crate) fn spawn(self) -> Process {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        command
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+    /// Run this binary instead of [`sluice_binary`].
+    pub fn binary(mut self, binary: impl Into<PathBuf>) -> Builder {
+        self.binary = Some(binary.into());
+        self
+    }
+
+    /// The command it runs (binary, arguments, environment), its stdio not set: for a caller
+    /// that runs it its own way (the bench, as a `tokio::process::Command` logging to a file).
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(self.binary.clone().unwrap_or_else(sluice_binary));
+        command.args(&self.args);
         for (key, value) in &self.env {
             match value {
                 Some(v) => command.env(key, v),
                 None => command.env_remove(key),
             };
         }
+        command
+    }
+
+    /// Start it and return at once.
+    pub fn spawn(self) -> Process {
+        let mut command = self.command();
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn sluice");
         let stdout = Collected::read(child.stdout.take().expect("piped stdout"));
         let stderr = Collected::read(child.stderr.take().expect("piped stderr"));
@@ -150,11 +190,11 @@ impl Builder {
     }
 
     /// Start it and wait until `/healthz` answers at all.
-    pub(crate) async fn start(self) -> Process {
+    pub async fn start(self) -> Process {
         let shown = format!("{:?}", self.args);
         let p = self.spawn();
-        let http = sluice_testkit::http();
-        let up = sluice_testkit::eventually(PATIENCE, || async {
+        let http = crate::http();
+        let up = crate::eventually(PATIENCE, || async {
             http.get(format!("{}/healthz", p.base)).send().await.is_ok()
         })
         .await;
@@ -164,7 +204,7 @@ impl Builder {
 
     /// Run it to completion (for commands that must end by themselves, such as one that must
     /// fail at start); panics if it has not exited within 30 s.
-    pub(crate) fn run(self) -> Finished {
+    pub fn run(self) -> Finished {
         let mut p = self.spawn();
         p.exit_within(PATIENCE, "sluice did not exit")
     }
@@ -173,18 +213,24 @@ impl Builder {
 impl Process {
     /// `sluice serve` as tests usually want it: `--listen` on a free loopback port, loopback
     /// receivers allowed, the test admin token, its own lines at info and the rest at warn.
-    pub(crate) fn serve() -> Builder {
+    pub fn serve() -> Builder {
+        Process::serve_on(crate::free_port())
+    }
+
+    /// [`Process::serve`] listening on `port` (a restart where its clients already send).
+    pub fn serve_on(port: u16) -> Builder {
         Process::command("serve")
-            .listen()
+            .listen_on(port)
             .args(&["--allow-network", "127.0.0.0/8"])
-            .env("SLUICE_ADMIN_TOKEN", sluice_testkit::ADMIN)
+            .env("SLUICE_ADMIN_TOKEN", crate::ADMIN)
             // The binary's own lines (listening, stopped: …) are info; the rest only warnings.
             .env("SLUICE_LOG", "warn,sluice=info")
     }
 
     /// `sluice SUBCOMMAND` and nothing else: no flag or environment variable added.
-    pub(crate) fn command(subcommand: &str) -> Builder {
+    pub fn command(subcommand: &str) -> Builder {
         Builder {
+            binary: None,
             args: vec![subcommand.into()],
             env: Vec::new(),
             port: None,
@@ -192,44 +238,44 @@ impl Process {
     }
 
     /// Start `sluice serve --listen 127.0.0.1:PORT` with `args` and wait for `/healthz`.
-    pub(crate) async fn start(args: &[&str]) -> Process {
+    pub async fn start(args: &[&str]) -> Process {
         Process::serve().args(args).start().await
     }
 
     /// Wait until `path` answers 200; whether it did within 30 s.
-    pub(crate) async fn answers(&self, path: &str) -> bool {
-        let http = sluice_testkit::http();
+    pub async fn answers(&self, path: &str) -> bool {
+        let http = crate::http();
         let url = format!("{}{path}", self.base);
-        sluice_testkit::eventually(PATIENCE, || async {
+        crate::eventually(PATIENCE, || async {
             http.get(&url).send().await.is_ok_and(|r| r.status() == 200)
         })
         .await
     }
 
     /// Its process id.
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
 
     /// How it exited, if it has.
-    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
+    pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().expect("try_wait"))
     }
 
     /// What it has written to stdout so far.
-    pub(crate) fn stdout_so_far(&self) -> String {
+    pub fn stdout_so_far(&self) -> String {
         self.stdout.so_far()
     }
 
     /// What it has written to stderr so far.
-    pub(crate) fn stderr_so_far(&self) -> String {
+    pub fn stderr_so_far(&self) -> String {
         self.stderr.so_far()
     }
 
     /// Send SIGTERM and wait for the exit; what it wrote to stderr. Panics unless it exited 0.
-    pub(crate) fn terminate(self) -> String {
+    pub fn terminate(self) -> String {
         let done = self.sigterm_and_wait();
         assert!(
             done.status.success(),
@@ -241,7 +287,7 @@ impl Process {
     }
 
     /// Send SIGTERM (the way an orchestrator stops it) and wait for the exit, however it went.
-    pub(crate) fn sigterm_and_wait(mut self) -> Finished {
+    pub fn sigterm_and_wait(mut self) -> Finished {
         self.sigterm();
         let mut child = self.child.take().expect("running");
         let status = child.wait().expect("exit");
@@ -249,13 +295,13 @@ impl Process {
     }
 
     /// Send SIGTERM, then wait at most 30 s for the exit, however it went.
-    pub(crate) fn sigterm_within(mut self) -> Finished {
+    pub fn sigterm_within(mut self) -> Finished {
         self.sigterm();
         self.exit_within(PATIENCE, "sluice did not stop on SIGTERM")
     }
 
     /// SIGKILL, no drain; everything it wrote.
-    pub(crate) fn kill(mut self) -> Finished {
+    pub fn kill(mut self) -> Finished {
         let mut child = self.child.take().expect("running");
         child.kill().expect("SIGKILL");
         let status = child.wait().expect("exit");
@@ -300,22 +346,22 @@ impl Drop for Process {
 }
 
 /// A client for a sluice's HTTP API at `base`.
-pub(crate) struct Client {
+pub struct Client {
     base: String,
     http: reqwest::Client,
 }
 
 impl Client {
     /// A client for `base`.
-    pub(crate) fn new(base: &str) -> Client {
+    pub fn new(base: &str) -> Client {
         Client {
             base: base.to_owned(),
-            http: sluice_testkit::http(),
+            http: crate::http(),
         }
     }
 
     /// GET `path` with an optional token: (status, body as JSON or Null, body text).
-    pub(crate) async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value, String) {
+    pub async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value, String) {
         let mut req = self.http.get(format!("{}{path}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -331,7 +377,7 @@ impl Client {
     }
 
     /// POST JSON: (status, body).
-    pub(crate) async fn post(&self, token: &str, path: &str, body: Value) -> (u16, Value) {
+    pub async fn post(&self, token: &str, path: &str, body: Value) -> (u16, Value) {
         let r = self
             .http
             .post(format!("{}{path}", self.base))
@@ -345,13 +391,9 @@ impl Client {
     }
 
     /// Create a tenant: (id, token).
-    pub(crate) async fn tenant(&self, name: &str) -> (String, String) {
+    pub async fn tenant(&self, name: &str) -> (String, String) {
         let (status, body) = self
-            .post(
-                sluice_testkit::ADMIN,
-                "/v1/tenants",
-                json!({ "name": name }),
-            )
+            .post(crate::ADMIN, "/v1/tenants", json!({ "name": name }))
             .await;
         assert_eq!(status, 201, "{body}");
         (
@@ -361,7 +403,7 @@ impl Client {
     }
 
     /// Create an endpoint; its id.
-    pub(crate) async fn endpoint(&self, token: &str, url: &str, extra: Value) -> String {
+    pub async fn endpoint(&self, token: &str, url: &str, extra: Value) -> String {
         let mut body = json!({ "url": url });
         if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
             b.extend(e.clone());
@@ -372,7 +414,7 @@ impl Client {
     }
 
     /// Send a message; its id.
-    pub(crate) async fn send(&self, token: &str, event_type: &str, payload: Value) -> String {
+    pub async fn send(&self, token: &str, event_type: &str, payload: Value) -> String {
         let (status, body) = self
             .post(
                 token,

@@ -1,174 +1,30 @@
-//! One phase of a mixed scenario: healthy customers (one tenant and one fast endpoint each,
-//! open-loop traffic) next to at most one bad customer (slow, dead, throttling or flooding),
-//! on a fresh sluice. Slow-consumer, dead-endpoint, throttled and flood run it with and without
-//! the bad customer and compare.
+//! One phase driven on its stage: receivers, customers, the load and the sampling; then the FIFO
+//! endpoints' order read back from the store.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
+use sluice_testkit::receiver::Receiver;
 use tokio::time::Instant;
 
-use anyhow::Context;
+use super::{BAD, Bad, FifoOrder, HEALTHY, Phase, PhaseSpec};
+use crate::BenchArgs;
+use crate::backlog;
+use crate::load::Api;
+use crate::receiver::{self, Mode};
+use crate::stage::Stage;
+use crate::store_cpu::StoreCpu;
+use crate::sys;
+use crate::timeline::Timeline;
+use crate::watch::{self, Watch};
 
-use super::BenchArgs;
-use super::backlog;
-use super::harness::Tuning;
-use super::load::Api;
-use super::receiver::{self, Mode};
-use super::stage::Stage;
-use super::store_cpu::StoreCpu;
-use super::sys;
-use super::timeline::Timeline;
-use super::watch::{self, Series, Watch};
-use sluice_testkit::receiver::Receiver;
-
-/// Timeline group of the healthy customers.
-pub(crate) const HEALTHY: usize = 0;
-/// Timeline group of the bad customer.
-pub(crate) const BAD: usize = 1;
-
-/// The bad customer of a phase.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Bad {
-    /// None: the baseline.
-    None,
-    /// Answers 200 after `delay`, sent `rate` events/s.
-    Slow {
-        /// Response time.
-        delay: Duration,
-        /// Offered events/s.
-        rate: f64,
-    },
-    /// Accepts connections and never answers, sent `rate` events/s.
-    Blackhole {
-        /// Offered events/s.
-        rate: f64,
-    },
-    /// Answers 429 + Retry-After above `capacity` concurrent requests.
-    Capped {
-        /// Concurrent requests it serves at first.
-        capacity: usize,
-        /// After this long, it serves only this many at once (its capacity drops).
-        drop_to: Option<(Duration, usize)>,
-        /// Time to serve one.
-        service: Duration,
-        /// Seconds in Retry-After.
-        retry_after_s: u64,
-        /// Offered events/s.
-        rate: f64,
-        /// Lane override, so the governor (not the lane) is what binds.
-        lane: u32,
-    },
-    /// Enqueues `backlog` events as fast as `producers` POSTs allow; its endpoint answers after
-    /// `service`, so the backlog outgrows what its lane drains and waits in the store.
-    Flood {
-        /// Events to enqueue.
-        backlog: u64,
-        /// Concurrent producers.
-        producers: usize,
-        /// Response time of the noisy tenant's endpoint.
-        service: Duration,
-    },
-    /// A fast endpoint with a rate limit of `per_second` (bursts of `burst`), sent `rate`
-    /// events/s: what it receives is the limit, and the rest wait their turn in the store.
-    RateLimited {
-        /// The endpoint's `rate_limit.per_second`.
-        per_second: f64,
-        /// Its `rate_limit.burst`.
-        burst: u32,
-        /// Offered events/s.
-        rate: f64,
-    },
-    /// `endpoints` FIFO endpoints of one tenant, each on a fast receiver of its own, every
-    /// message sent (at `rate` messages/s) to all of them: each goes one delivery at a time, in
-    /// acceptance order.
-    Fifo {
-        /// FIFO endpoints.
-        endpoints: usize,
-        /// `false`: the same endpoints left unordered (the control).
-        ordered: bool,
-        /// Offered messages/s (each reaches every FIFO endpoint).
-        rate: f64,
-    },
-    /// `deliveries` ready deliveries already in the store when the load starts, spread over
-    /// `endpoints` endpoints of one tenant, all answering at once: drained beside the others.
-    Backlog {
-        /// Ready deliveries.
-        deliveries: u64,
-        /// Endpoints they are spread over.
-        endpoints: usize,
-    },
-}
-
-/// What to run.
-#[derive(Debug, Clone)]
-pub(crate) struct PhaseSpec {
-    /// Progress bar label.
-    pub label: &'static str,
-    /// Name of the bad customer's timeline group.
-    pub bad_name: &'static str,
-    /// Healthy customers.
-    pub healthy: usize,
-    /// Events/s each healthy customer sends.
-    pub healthy_rate: f64,
-    /// The bad customer.
-    pub bad: Bad,
-    /// How long the load runs.
-    pub duration: Duration,
-    /// Settings of the embedded sluice.
-    pub tuning: Tuning,
-}
-
-/// What a phase measured.
-pub(crate) struct Phase {
-    /// Receiver-side record, groups [`HEALTHY`] and [`BAD`].
-    pub timeline: Arc<Timeline>,
-    /// Dispatcher and memory samples (`bad.*` for the bad endpoint, `healthy.*` for one healthy).
-    pub series: Series,
-    /// Length of the load, seconds.
-    pub duration_s: f64,
-    /// Seconds skipped at the start of latency summaries.
-    pub warmup_s: usize,
-    /// Healthy messages accepted but not delivered when the phase ended.
-    pub healthy_undelivered: u64,
-    /// Peak RSS of this process at the end of the phase, MiB.
-    pub peak_rss_mib: Option<f64>,
-    /// Most requests the bad receiver had in flight at once.
-    pub bad_peak_concurrency: Option<usize>,
-    /// The store's CPU seconds during the load (PostgreSQL: the server's processes; SQLite:
-    /// the driver's threads).
-    pub store_cpu_s: Option<f64>,
-    /// Is the store PostgreSQL?
-    pub postgres: bool,
-    /// The claim-time histogram once a second (backlog phases).
-    pub claim_samples: Vec<(f64, sluice::plan::prom::HistogramSnapshot)>,
-    /// Seconds the backlog took to write (backlog phases).
-    pub backlog_setup_s: Option<f64>,
-    /// FIFO phases: the order the store recorded the FIFO endpoints' attempts in.
-    pub fifo_order: Option<FifoOrder>,
-}
-
-/// The FIFO endpoints' attempts, read back from the store after the load.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct FifoOrder {
-    /// Attempts read.
-    pub attempts: u64,
-    /// Attempts that started before the one ahead of them had ended, or whose delivery came
-    /// after a later-accepted one's (a repeat of the same delivery is neither).
-    pub violations: u64,
-}
-
-/// Run one phase on a fresh sluice ([`Stage`]): in this process, on PostgreSQL in a fresh
-/// database beside the one `--database-url` names (dropped afterwards) so no phase starts with
-/// another's rows, or with `--dispatchers N` on a fleet of processes.
-pub(crate) async fn run(args: &BenchArgs, spec: &PhaseSpec) -> anyhow::Result<Phase> {
-    let stage = Stage::start(args, &spec.tuning).await?;
-    let phase = run_on(args, spec, &stage).await;
-    stage.stop().await;
-    phase
-}
-
-async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Result<Phase> {
+/// Drive one phase on `stage`: the receivers, the customers and their load, sampled.
+pub(super) async fn run_on(
+    args: &BenchArgs,
+    spec: &PhaseSpec,
+    stage: &Stage,
+) -> anyhow::Result<Phase> {
     let timeline = Arc::new(Timeline::new(&["healthy", spec.bad_name]));
     let sluice = &stage.sluice;
     let mut receivers = Vec::with_capacity(spec.healthy);
@@ -372,7 +228,7 @@ async fn run_on(args: &BenchArgs, spec: &PhaseSpec, stage: &Stage) -> anyhow::Re
 /// Read the FIFO endpoints' attempts back from the store (this process's, or the fleet's
 /// PostgreSQL) and count those out of order: started before the attempt ahead had ended, or for
 /// a delivery accepted after one attempted later.
-async fn fifo_order(
+pub(super) async fn fifo_order(
     stage: &Stage,
     tenant: &str,
     endpoints: &[String],
@@ -410,42 +266,4 @@ async fn fifo_order(
         }
     }
     Ok(out)
-}
-
-impl Phase {
-    /// Healthy latency quantile `q` after warm-up, ms.
-    pub(crate) fn healthy_ms(&self, q: f64) -> Option<f64> {
-        self.timeline
-            .latency_from(HEALTHY, self.warmup_s)
-            .quantile(q)
-            .map(super::timeline::ms)
-    }
-
-    /// Healthy deliveries per second over the load.
-    pub(crate) fn healthy_rate(&self) -> f64 {
-        let secs = self.duration_s.ceil() as usize;
-        self.timeline.delivered_between(HEALTHY, 0, secs) as f64 / self.duration_s
-    }
-
-    /// The store's CPU per healthy delivery over the load, ms.
-    pub(crate) fn store_ms_per_healthy(&self) -> Option<f64> {
-        let secs = self.duration_s.ceil() as usize;
-        let n = self.timeline.delivered_between(HEALTHY, 0, secs);
-        self.store_cpu_s
-            .filter(|_| n > 0)
-            .map(|c| c * 1000.0 / n as f64)
-    }
-
-    /// The store's CPU per healthy delivery between `from` and `to` seconds of the load, ms
-    /// (drift over a long run).
-    pub(crate) fn store_ms_per_healthy_between(&self, from: usize, to: usize) -> Option<f64> {
-        let n = self.timeline.delivered_between(HEALTHY, from, to);
-        let cpu = watch::increase(&self.series, "store_cpu_s", from as f64, to as f64)?;
-        (n > 0).then(|| cpu * 1000.0 / n as f64)
-    }
-
-    /// The rate at which the bad endpoint was shed, per second of load.
-    pub(crate) fn bad_shed_rate(&self) -> Option<f64> {
-        watch::last(&self.series, "bad.shed_total").map(|n| n / self.duration_s)
-    }
 }
