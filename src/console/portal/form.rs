@@ -207,7 +207,7 @@ impl EndpointForm {
     /// The API request that creates this endpoint.
     pub fn to_create(&self) -> Result<CreateEndpoint, FieldError> {
         Ok(CreateEndpoint {
-            url: self.url.trim().to_owned(),
+            url: Some(self.url.trim().to_owned()),
             event_types: self.types(),
             description: self.description.trim().to_owned(),
             lane_size: number("lane_size", &self.lane_size)?,
@@ -236,6 +236,7 @@ impl EndpointForm {
             tls_client_key,
             oauth2: Some(https::oauth2(self)?),
             url: Some(self.url.trim().to_owned()),
+            destination: None,
             event_types: Some(self.types()),
             description: Some(self.description.trim().to_owned()),
             enabled: None,
@@ -360,7 +361,7 @@ mod tests {
             ..Default::default()
         };
         let c = form.to_create().unwrap();
-        assert_eq!(c.url, "https://example.com/hook");
+        assert_eq!(c.url.as_deref(), Some("https://example.com/hook"));
         assert_eq!(
             c.event_types,
             ["order.created", "order.paid", "invoice.sent"]

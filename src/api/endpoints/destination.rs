@@ -1,0 +1,227 @@
+//! An endpoint's destination as the API takes and shows it: `"destination": {"type": …}`, with
+//! `"url"` beside it as the shorthand for HTTP. Broker URLs go through the egress guard like a
+//! receiver's; credentials are write-only and never in a URL.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::checks::check_destination_of;
+use crate::api::AppState;
+use crate::api::views::check_text;
+use crate::model::{Destination, DestinationCredentials};
+use crate::web::problem::Problem;
+
+/// The destination kinds this sluice delivers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DestinationType {
+    /// A signed HTTP POST.
+    Http,
+    /// RabbitMQ (AMQP 0-9-1): a persistent, mandatory, publisher-confirmed publish.
+    Rabbitmq,
+}
+
+/// What an endpoint delivers to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationIn {
+    /// `http` or `rabbitmq`.
+    #[serde(rename = "type")]
+    pub kind: DestinationType,
+    /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`
+    /// (the vhost percent-encoded: `%2f` is `/`), without credentials.
+    pub url: String,
+    /// `rabbitmq`: the exchange published to; omitted or `""` is the default exchange, which
+    /// routes to the queue named by `routing_key`.
+    #[serde(default)]
+    pub exchange: Option<String>,
+    /// `rabbitmq`: the routing key (at most 255 bytes).
+    #[serde(default)]
+    pub routing_key: Option<String>,
+    /// The broker's credentials: write-only, never shown. On a PATCH, left out keeps the
+    /// stored ones when the type is unchanged.
+    #[serde(default)]
+    pub credentials: Option<CredentialsIn>,
+}
+
+/// A broker's credentials (write-only).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsIn {
+    /// User name.
+    pub username: Option<String>,
+    /// Password.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for CredentialsIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialsIn")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A checked destination and the credentials to store with it (`None`: keep what is stored).
+pub(crate) struct Checked {
+    pub destination: Destination,
+    pub credentials: Option<Option<DestinationCredentials>>,
+}
+
+/// Check `url` (the shorthand) or `destination`: exactly one of them.
+pub(crate) async fn check(
+    state: &AppState,
+    url: Option<&str>,
+    destination: Option<DestinationIn>,
+) -> Result<Option<Checked>, Problem> {
+    match (url, destination) {
+        (Some(_), Some(_)) => Err(Problem::unprocessable(
+            "destination",
+            "give either url (an HTTP destination) or destination, not both",
+        )),
+        (Some(url), None) => Ok(Some(Checked {
+            destination: Destination::Http {
+                url: check_destination_of(state, "url", url).await?,
+            },
+            credentials: Some(None),
+        })),
+        (None, Some(d)) => check_destination(state, d).await.map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked, Problem> {
+    let refuse = |field: &str, why: &str| {
+        Err(Problem::unprocessable(
+            &format!("destination.{field}"),
+            format!("destination.{field} {why}"),
+        ))
+    };
+    match d.kind {
+        DestinationType::Http => {
+            if d.exchange.is_some() {
+                return refuse("exchange", "applies only to rabbitmq");
+            }
+            if d.routing_key.is_some() {
+                return refuse("routing_key", "applies only to rabbitmq");
+            }
+            if d.credentials.is_some() {
+                return refuse(
+                    "credentials",
+                    "applies only to brokers (an HTTP endpoint authenticates with headers or oauth2)",
+                );
+            }
+            let url = check_destination_of(state, "destination.url", &d.url).await?;
+            Ok(Checked {
+                destination: Destination::Http { url },
+                credentials: Some(None),
+            })
+        }
+        DestinationType::Rabbitmq => {
+            let url = check_broker_url(state, &d.url, &["amqp"]).await?;
+            let exchange = d.exchange.unwrap_or_default();
+            let Some(routing_key) = d.routing_key else {
+                return refuse("routing_key", "is required for rabbitmq");
+            };
+            check_short("exchange", &exchange)?;
+            check_short("routing_key", &routing_key)?;
+            let credentials = d
+                .credentials
+                .map(|c| {
+                    check_credential("username", c.username.as_deref())?;
+                    check_credential("password", c.password.as_deref())?;
+                    Ok::<_, Problem>(DestinationCredentials {
+                        username: c.username,
+                        password: c.password,
+                        token: None,
+                    })
+                })
+                .transpose()?;
+            Ok(Checked {
+                destination: Destination::Rabbitmq {
+                    url,
+                    exchange,
+                    routing_key,
+                },
+                credentials: credentials.map(Some),
+            })
+        }
+    }
+}
+
+/// An AMQP short string (an exchange name, a routing key): at most 255 bytes, printable.
+fn check_short(field: &str, value: &str) -> Result<(), Problem> {
+    let field = format!("destination.{field}");
+    check_text(&field, value, 255)?;
+    if value.len() > 255 {
+        return Err(Problem::unprocessable(
+            &field,
+            format!("{field} must be at most 255 bytes"),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Problem::unprocessable(
+            &field,
+            format!("{field} must not contain control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_credential(name: &str, value: Option<&str>) -> Result<(), Problem> {
+    let field = format!("destination.credentials.{name}");
+    match value {
+        Some(v) if v.is_empty() || v.len() > 1024 || v.chars().any(char::is_control) => {
+            Err(Problem::unprocessable(
+                &field,
+                format!("{field} must be 1 to 1024 bytes without control characters"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A broker URL: one of `schemes`, a host, no credentials (they go in
+/// `destination.credentials`), and a host the egress guard lets through, resolved.
+async fn check_broker_url(
+    state: &AppState,
+    url: &str,
+    schemes: &[&str],
+) -> Result<String, Problem> {
+    const FIELD: &str = "destination.url";
+    let unprocessable = |why: String| Problem::unprocessable(FIELD, why);
+    if url.len() > 2048 || url.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(unprocessable(format!(
+            "{FIELD} must be at most 2048 bytes, without control characters or spaces"
+        )));
+    }
+    let parsed =
+        url::Url::parse(url).map_err(|e| unprocessable(format!("{FIELD} is not a URL: {e}")))?;
+    if !schemes.contains(&parsed.scheme()) {
+        return Err(unprocessable(format!(
+            "{FIELD} must use {} (not {:?})",
+            schemes.join(" or "),
+            parsed.scheme()
+        )));
+    }
+    if parsed.password().is_some() || !parsed.username().is_empty() {
+        // Never echo the URL: it holds the password.
+        return Err(unprocessable(format!(
+            "{FIELD} must not hold a user name or password: put them in destination.credentials, \
+             which is never shown"
+        )));
+    }
+    let checked = state
+        .egress
+        .check_url_of(url, schemes)
+        .map_err(|e| unprocessable(e.to_string()))?;
+    if let Some(url::Host::Domain(host)) = checked.host() {
+        let port = checked.port_or_known_default().unwrap_or(5672);
+        state
+            .egress
+            .resolve_checked(host, port)
+            .await
+            .map_err(|e| unprocessable(e.to_string()))?;
+    }
+    Ok(checked.into())
+}

@@ -1,0 +1,11 @@
+//! Broker destinations against real brokers on this machine (RabbitMQ at 127.0.0.1:5672,
+//! guest/guest): deliveries arrive signed and verifiable by the reference `standardwebhooks`
+//! package, a broker's refusals are failed attempts named by their kind, credentials appear in
+//! no answer, and the API names every bad field. No broker is mocked.
+
+use sluice_testkit as support;
+
+#[path = "destinations/api.rs"]
+mod api;
+#[path = "destinations/rabbitmq.rs"]
+mod rabbitmq;
