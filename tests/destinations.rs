@@ -7,5 +7,7 @@ use sluice_testkit as support;
 
 #[path = "destinations/api.rs"]
 mod api;
+#[path = "destinations/blocked.rs"]
+mod blocked;
 #[path = "destinations/rabbitmq.rs"]
 mod rabbitmq;

@@ -12,11 +12,18 @@ use serde_json::{Value, json};
 use super::support::{self, Sluice, eventually, test_settings};
 
 const WAIT: Duration = Duration::from_secs(20);
-const BROKER: &str = "amqp://127.0.0.1:5672/%2f";
+pub(super) const BROKER: &str = "amqp://127.0.0.1:5672/%2f";
+
+/// One RabbitMQ test at a time: the blocked-broker test raises a memory alarm that blocks
+/// every publisher of the broker.
+pub(super) fn serial() -> &'static tokio::sync::Mutex<()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    &SERIAL
+}
 
 /// A channel to the test broker, or None (a loud skip) when it is not running and services
 /// are not required.
-async fn broker() -> Option<(Connection, Channel)> {
+pub(super) async fn broker() -> Option<(Connection, Channel)> {
     match Connection::connect(
         "amqp://guest:guest@127.0.0.1:5672/%2f",
         ConnectionProperties::default(),
@@ -38,7 +45,7 @@ async fn broker() -> Option<(Connection, Channel)> {
     }
 }
 
-async fn queue(channel: &Channel) -> String {
+pub(super) async fn queue(channel: &Channel) -> String {
     let name = format!("sluice-test-{}", sluice::ids::new_id("q"));
     channel
         .queue_declare(
@@ -125,6 +132,7 @@ fn verify(secret: &str, headers: &Value, body: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable() {
+    let _serial = serial().lock().await;
     let Some((_conn, channel)) = broker().await else {
         return;
     };
@@ -183,6 +191,7 @@ async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_brokers_refusals_are_failed_attempts_of_their_kinds() {
+    let _serial = serial().lock().await;
     let Some((_conn, _channel)) = broker().await else {
         return;
     };
