@@ -1,5 +1,5 @@
 //! Broker destinations against real brokers on this machine (RabbitMQ at 127.0.0.1:5672,
-//! guest/guest): deliveries arrive signed and verifiable by the reference `standardwebhooks`
+//! guest/guest; NATS with JetStream at 127.0.0.1:4222): deliveries arrive signed and verifiable by the reference `standardwebhooks`
 //! package, a broker's refusals are failed attempts named by their kind, credentials appear in
 //! no answer, and the API names every bad field. No broker is mocked.
 
@@ -9,5 +9,7 @@ use sluice_testkit as support;
 mod api;
 #[path = "destinations/blocked.rs"]
 mod blocked;
+#[path = "destinations/nats.rs"]
+mod nats;
 #[path = "destinations/rabbitmq.rs"]
 mod rabbitmq;

@@ -198,6 +198,9 @@ pub struct DestinationOut {
     /// `rabbitmq`: the routing key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing_key: Option<String>,
+    /// `nats`: the subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// Whether credentials are stored (they are never shown).
     pub has_credentials: bool,
 }
@@ -213,11 +216,16 @@ impl DestinationOut {
             } => (Some(exchange.clone()), Some(routing_key.clone())),
             _ => (None, None),
         };
+        let subject = match d {
+            Destination::Nats { subject, .. } => Some(subject.clone()),
+            _ => None,
+        };
         Self {
             kind: d.kind().to_owned(),
             url: d.url().to_owned(),
             exchange,
             routing_key,
+            subject,
             has_credentials: credentials.is_some(),
         }
     }

@@ -1,4 +1,4 @@
-//! Broker destinations: one signed publish per attempt, delivered only when the broker itself
+//! Broker destinations (RabbitMQ, NATS JetStream): one signed publish per attempt, delivered only when the broker itself
 //! acknowledges it, under the same deadline, lane and settle path as an HTTP attempt.
 //!
 //! The attempt's result is the HTTP attempt's [`Report`], so admission, the governor, the
@@ -12,6 +12,7 @@
 //! in number, and made again after a failure; each broker has its own slot, so a broker that is
 //! slow to connect holds only the attempts bound for it, each to its own deadline.
 
+mod nats;
 mod pool;
 mod rabbitmq;
 
@@ -62,6 +63,7 @@ pub struct Signed<'a> {
 pub struct Brokers {
     policy: Arc<EgressPolicy>,
     rabbitmq: rabbitmq::Publisher,
+    nats: nats::Publisher,
 }
 
 impl Brokers {
@@ -70,6 +72,7 @@ impl Brokers {
         Self {
             policy,
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
+            nats: nats::Publisher::new(settings.max_connections),
         }
     }
 
@@ -147,6 +150,16 @@ impl Brokers {
                 };
                 self.rabbitmq.publish(&to, signed, deadline, phases).await
             }
+            Destination::Nats { subject, .. } => {
+                let to = nats::Route {
+                    address,
+                    credentials: target.destination_credentials.as_ref(),
+                    subject,
+                    headers: &target.headers,
+                    connect_timeout: target.timeouts.connect,
+                };
+                self.nats.publish(&to, signed, deadline, phases).await
+            }
             other => Err(Failure {
                 kind: ErrorKind::Other,
                 message: format!(
@@ -170,6 +183,7 @@ impl Brokers {
         };
         let port = url.port().unwrap_or(match url.scheme() {
             "amqps" => 5671,
+            "nats" | "tls" => 4222,
             _ => 5672,
         });
         match url.host() {

@@ -52,6 +52,22 @@ async fn destinations_are_checked_field_by_field_and_credentials_are_write_only(
             "destination.type",
         ),
         (
+            json!({ "destination": { "type": "nats", "url": "nats://127.0.0.1:4222" } }),
+            "destination.subject",
+        ),
+        (
+            json!({ "destination": { "type": "nats", "url": "nats://127.0.0.1:4222", "subject": "orders.>" } }),
+            "destination.subject",
+        ),
+        (
+            json!({ "destination": { "type": "nats", "url": "nats://u:hunter2@127.0.0.1:4222", "subject": "orders" } }),
+            "destination.url",
+        ),
+        (
+            json!({ "destination": { "type": "rabbitmq", "url": "amqp://127.0.0.1:5672/%2f", "routing_key": "q", "credentials": { "token": "t" } } }),
+            "destination.credentials.token",
+        ),
+        (
             json!({ "destination": { "type": "rabbitmq", "url": "amqp://127.0.0.1:5672/%2f", "routing_key": "q", "credentials": { "username": "" } } }),
             "destination.credentials.username",
         ),

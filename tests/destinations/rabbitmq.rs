@@ -81,7 +81,7 @@ fn rabbitmq(exchange: &str, routing_key: &str, password: &str) -> Value {
 }
 
 /// The first attempt of the endpoint once there is one.
-async fn first_attempt(s: &Sluice, token: &str, id: &str) -> Value {
+pub(super) async fn first_attempt(s: &Sluice, token: &str, id: &str) -> Value {
     let path = format!("/v1/endpoints/{id}/attempts");
     assert!(
         eventually(WAIT, || async {
@@ -100,7 +100,7 @@ fn text(v: Option<&AMQPValue>) -> String {
     }
 }
 
-fn verify(secret: &str, headers: &Value, body: &str) {
+pub(super) fn verify(secret: &str, headers: &Value, body: &str) {
     let Some(python) = support::python_verifier() else {
         return;
     };

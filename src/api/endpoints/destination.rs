@@ -19,17 +19,20 @@ pub enum DestinationType {
     Http,
     /// RabbitMQ (AMQP 0-9-1): a persistent, mandatory, publisher-confirmed publish.
     Rabbitmq,
+    /// NATS JetStream: a publish acknowledged by the stream capturing the subject.
+    Nats,
 }
 
 /// What an endpoint delivers to.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DestinationIn {
-    /// `http` or `rabbitmq`.
+    /// `http`, `rabbitmq` or `nats`.
     #[serde(rename = "type")]
     pub kind: DestinationType,
     /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`
-    /// (the vhost percent-encoded: `%2f` is `/`), without credentials.
+    /// (the vhost percent-encoded: `%2f` is `/`). `nats`: `nats://host:port`. Never with
+    /// credentials in it.
     pub url: String,
     /// `rabbitmq`: the exchange published to; omitted or `""` is the default exchange, which
     /// routes to the queue named by `routing_key`.
@@ -38,6 +41,10 @@ pub struct DestinationIn {
     /// `rabbitmq`: the routing key (at most 255 bytes).
     #[serde(default)]
     pub routing_key: Option<String>,
+    /// `nats`: the subject published to (no wildcards); a JetStream stream must capture it
+    /// (sluice creates none).
+    #[serde(default)]
+    pub subject: Option<String>,
     /// The broker's credentials: write-only, never shown. On a PATCH, left out keeps the
     /// stored ones when the type is unchanged.
     #[serde(default)]
@@ -52,6 +59,8 @@ pub struct CredentialsIn {
     pub username: Option<String>,
     /// Password.
     pub password: Option<String>,
+    /// `nats`: a token, instead of a user name and password.
+    pub token: Option<String>,
 }
 
 impl std::fmt::Debug for CredentialsIn {
@@ -105,6 +114,9 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             if d.routing_key.is_some() {
                 return refuse("routing_key", "applies only to rabbitmq");
             }
+            if d.subject.is_some() {
+                return refuse("subject", "applies only to nats");
+            }
             if d.credentials.is_some() {
                 return refuse(
                     "credentials",
@@ -118,6 +130,12 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             })
         }
         DestinationType::Rabbitmq => {
+            if d.subject.is_some() {
+                return refuse("subject", "applies only to nats");
+            }
+            if d.credentials.as_ref().is_some_and(|c| c.token.is_some()) {
+                return refuse("credentials.token", "applies only to nats");
+            }
             let url = check_broker_url(state, &d.url, &["amqp"]).await?;
             let exchange = d.exchange.unwrap_or_default();
             let Some(routing_key) = d.routing_key else {
@@ -125,18 +143,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             };
             check_short("exchange", &exchange)?;
             check_short("routing_key", &routing_key)?;
-            let credentials = d
-                .credentials
-                .map(|c| {
-                    check_credential("username", c.username.as_deref())?;
-                    check_credential("password", c.password.as_deref())?;
-                    Ok::<_, Problem>(DestinationCredentials {
-                        username: c.username,
-                        password: c.password,
-                        token: None,
-                    })
-                })
-                .transpose()?;
+            let credentials = d.credentials.map(credentials_of).transpose()?;
             Ok(Checked {
                 destination: Destination::Rabbitmq {
                     url,
@@ -146,7 +153,67 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
                 credentials: credentials.map(Some),
             })
         }
+        DestinationType::Nats => {
+            if d.exchange.is_some() {
+                return refuse("exchange", "applies only to rabbitmq");
+            }
+            if d.routing_key.is_some() {
+                return refuse("routing_key", "applies only to rabbitmq");
+            }
+            let url = check_broker_url(state, &d.url, &["nats"]).await?;
+            let Some(subject) = d.subject else {
+                return refuse("subject", "is required for nats");
+            };
+            check_subject(&subject)?;
+            let credentials = d.credentials.map(credentials_of).transpose()?;
+            if let Some(c) = &credentials
+                && c.token.is_some()
+                && (c.username.is_some() || c.password.is_some())
+            {
+                return refuse(
+                    "credentials.token",
+                    "goes alone: give a token, or a user name and password",
+                );
+            }
+            Ok(Checked {
+                destination: Destination::Nats { url, subject },
+                credentials: credentials.map(Some),
+            })
+        }
     }
+}
+
+/// A subject to publish to: dot-separated tokens of printable characters, no wildcards.
+fn check_subject(subject: &str) -> Result<(), Problem> {
+    const FIELD: &str = "destination.subject";
+    let ok = !subject.is_empty()
+        && subject.len() <= 255
+        && subject
+            .split('.')
+            .all(|t| !t.is_empty() && t != "*" && t != ">")
+        && !subject.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(Problem::unprocessable(
+            FIELD,
+            format!(
+                "{FIELD} must be 1 to 255 bytes of dot-separated tokens, without spaces or the \
+                 wildcards * and >"
+            ),
+        ))
+    }
+}
+
+fn credentials_of(c: CredentialsIn) -> Result<DestinationCredentials, Problem> {
+    check_credential("username", c.username.as_deref())?;
+    check_credential("password", c.password.as_deref())?;
+    check_credential("token", c.token.as_deref())?;
+    Ok(DestinationCredentials {
+        username: c.username,
+        password: c.password,
+        token: c.token,
+    })
 }
 
 /// An AMQP short string (an exchange name, a routing key): at most 255 bytes, printable.
@@ -216,7 +283,13 @@ async fn check_broker_url(
         .check_url_of(url, schemes)
         .map_err(|e| unprocessable(e.to_string()))?;
     if let Some(url::Host::Domain(host)) = checked.host() {
-        let port = checked.port_or_known_default().unwrap_or(5672);
+        let port = checked
+            .port_or_known_default()
+            .unwrap_or(if checked.scheme() == "nats" {
+                4222
+            } else {
+                5672
+            });
         state
             .egress
             .resolve_checked(host, port)
