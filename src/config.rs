@@ -413,9 +413,9 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_TENANT_MAX_SHARE")]
         #[serde(alias = "tenant_max_share")]
         pub tenant_max_share: Option<f64>,
-        /// Most broker connections (RabbitMQ) a dispatcher holds open at once, shared by the
-        /// endpoints of one broker address and credentials; the least recently used is closed
-        /// to make room, 1–10000 [default: 64]
+        /// Most broker connections of each kind (RabbitMQ, NATS, Redis) a dispatcher holds
+        /// open at once, shared by the endpoints of one broker address and credentials; the
+        /// least recently used is closed to make room, 1–10000 [default: 64]
         #[arg(long, env = "SLUICE_BROKER_MAX_CONNECTIONS")]
         #[serde(alias = "broker_max_connections")]
         pub broker_max_connections: Option<u32>,

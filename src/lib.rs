@@ -18,7 +18,7 @@
 //!   response classification, behind the [`egress`] guard, signed by [`signing`] (Standard
 //!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519).
 //! - [`destinations`]: the broker attempt (RabbitMQ with publisher confirms, NATS
-//!   JetStream), signed like the HTTP one and judged by the same egress guard, over a bounded
+//!   JetStream, Redis Streams), signed like the HTTP one and judged by the same egress guard, over a bounded
 //!   cache of broker connections.
 //! - [`fairness`]: fair shares across tenants (start-time fair queuing over tenants with due
 //!   work, weights and ceilings), applied by every claim.

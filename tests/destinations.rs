@@ -1,5 +1,5 @@
 //! Broker destinations against real brokers on this machine (RabbitMQ at 127.0.0.1:5672,
-//! guest/guest; NATS with JetStream at 127.0.0.1:4222): deliveries arrive signed and verifiable by the reference `standardwebhooks`
+//! guest/guest; NATS with JetStream at 127.0.0.1:4222; Redis at 127.0.0.1:6379): deliveries arrive signed and verifiable by the reference `standardwebhooks`
 //! package, a broker's refusals are failed attempts named by their kind, credentials appear in
 //! no answer, and the API names every bad field. No broker is mocked.
 
@@ -13,3 +13,5 @@ mod blocked;
 mod nats;
 #[path = "destinations/rabbitmq.rs"]
 mod rabbitmq;
+#[path = "destinations/redis.rs"]
+mod redis_streams;

@@ -201,6 +201,12 @@ pub struct DestinationOut {
     /// `nats`: the subject.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
+    /// `redis`: the stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// `redis`: the approximate length the stream is trimmed to (null: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<u64>,
     /// Whether credentials are stored (they are never shown).
     pub has_credentials: bool,
 }
@@ -220,12 +226,20 @@ impl DestinationOut {
             Destination::Nats { subject, .. } => Some(subject.clone()),
             _ => None,
         };
+        let (stream, max_len) = match d {
+            Destination::Redis {
+                stream, max_len, ..
+            } => (Some(stream.clone()), *max_len),
+            _ => (None, None),
+        };
         Self {
             kind: d.kind().to_owned(),
             url: d.url().to_owned(),
             exchange,
             routing_key,
             subject,
+            stream,
+            max_len,
             has_credentials: credentials.is_some(),
         }
     }

@@ -1,4 +1,4 @@
-//! Broker destinations (RabbitMQ, NATS JetStream): one signed publish per attempt, delivered only when the broker itself
+//! Broker destinations (RabbitMQ, NATS JetStream, Redis Streams): one signed publish per attempt, delivered only when the broker itself
 //! acknowledges it, under the same deadline, lane and settle path as an HTTP attempt.
 //!
 //! The attempt's result is the HTTP attempt's [`Report`], so admission, the governor, the
@@ -15,6 +15,7 @@
 mod nats;
 mod pool;
 mod rabbitmq;
+mod redis;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -64,6 +65,7 @@ pub struct Brokers {
     policy: Arc<EgressPolicy>,
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
+    redis: redis::Publisher,
 }
 
 impl Brokers {
@@ -73,6 +75,7 @@ impl Brokers {
             policy,
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
+            redis: redis::Publisher::new(settings.max_connections),
         }
     }
 
@@ -160,12 +163,23 @@ impl Brokers {
                 };
                 self.nats.publish(&to, signed, deadline, phases).await
             }
-            other => Err(Failure {
+            Destination::Redis {
+                stream, max_len, ..
+            } => {
+                let to = redis::Route {
+                    address,
+                    db: redis_db(&target.url),
+                    credentials: target.destination_credentials.as_ref(),
+                    stream,
+                    max_len: *max_len,
+                    headers: &target.headers,
+                    connect_timeout: target.timeouts.connect,
+                };
+                self.redis.publish(&to, signed, deadline, phases).await
+            }
+            Destination::Http { .. } => Err(Failure {
                 kind: ErrorKind::Other,
-                message: format!(
-                    "{} destinations are not delivered by this sluice",
-                    other.kind()
-                ),
+                message: "an HTTP destination is not a broker's".into(),
             }),
         }
     }
@@ -184,6 +198,7 @@ impl Brokers {
         let port = url.port().unwrap_or(match url.scheme() {
             "amqps" => 5671,
             "nats" | "tls" => 4222,
+            "redis" | "rediss" => 6379,
             _ => 5672,
         });
         match url.host() {
@@ -209,6 +224,11 @@ impl Brokers {
             }),
         }
     }
+}
+
+/// The database of a `redis://host:port/db` URL (0 when it names none).
+fn redis_db(url: &url::Url) -> i64 {
+    url.path().trim_start_matches('/').parse().unwrap_or(0)
 }
 
 /// What a broker's acknowledgement is recorded as: a `200` whose body names the broker.

@@ -56,6 +56,22 @@ async fn destinations_are_checked_field_by_field_and_credentials_are_write_only(
             "destination.subject",
         ),
         (
+            json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/0" } }),
+            "destination.stream",
+        ),
+        (
+            json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/0", "stream": "s", "max_len": 0 } }),
+            "destination.max_len",
+        ),
+        (
+            json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/x", "stream": "s" } }),
+            "destination.url",
+        ),
+        (
+            json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/0", "stream": "s", "subject": "x" } }),
+            "destination.subject",
+        ),
+        (
             json!({ "destination": { "type": "nats", "url": "nats://127.0.0.1:4222", "subject": "orders.>" } }),
             "destination.subject",
         ),

@@ -21,18 +21,20 @@ pub enum DestinationType {
     Rabbitmq,
     /// NATS JetStream: a publish acknowledged by the stream capturing the subject.
     Nats,
+    /// Redis Streams: an `XADD` to an existing stream, acknowledged by its entry id.
+    Redis,
 }
 
 /// What an endpoint delivers to.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DestinationIn {
-    /// `http`, `rabbitmq` or `nats`.
+    /// `http`, `rabbitmq`, `nats` or `redis`.
     #[serde(rename = "type")]
     pub kind: DestinationType,
     /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`
-    /// (the vhost percent-encoded: `%2f` is `/`). `nats`: `nats://host:port`. Never with
-    /// credentials in it.
+    /// (the vhost percent-encoded: `%2f` is `/`). `nats`: `nats://host:port`. `redis`:
+    /// `redis://host:port/db`. Never with credentials in it.
     pub url: String,
     /// `rabbitmq`: the exchange published to; omitted or `""` is the default exchange, which
     /// routes to the queue named by `routing_key`.
@@ -45,6 +47,13 @@ pub struct DestinationIn {
     /// (sluice creates none).
     #[serde(default)]
     pub subject: Option<String>,
+    /// `redis`: the stream's key; it must exist (sluice adds with `NOMKSTREAM`).
+    #[serde(default)]
+    pub stream: Option<String>,
+    /// `redis`: trim the stream to about this many entries on each add (`MAXLEN ~`),
+    /// 1–1000000000; omitted: no trimming.
+    #[serde(default)]
+    pub max_len: Option<u64>,
     /// The broker's credentials: write-only, never shown. On a PATCH, left out keeps the
     /// stored ones when the type is unchanged.
     #[serde(default)]
@@ -108,6 +117,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
     };
     match d.kind {
         DestinationType::Http => {
+            only_for(&d, "http")?;
             if d.exchange.is_some() {
                 return refuse("exchange", "applies only to rabbitmq");
             }
@@ -130,6 +140,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             })
         }
         DestinationType::Rabbitmq => {
+            only_for(&d, "rabbitmq")?;
             if d.subject.is_some() {
                 return refuse("subject", "applies only to nats");
             }
@@ -154,6 +165,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             })
         }
         DestinationType::Nats => {
+            only_for(&d, "nats")?;
             if d.exchange.is_some() {
                 return refuse("exchange", "applies only to rabbitmq");
             }
@@ -180,6 +192,64 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
                 credentials: credentials.map(Some),
             })
         }
+        DestinationType::Redis => {
+            only_for(&d, "redis")?;
+            let url = check_broker_url(state, &d.url, &["redis"]).await?;
+            let db = url::Url::parse(&url)
+                .ok()
+                .map(|u| u.path().trim_start_matches('/').to_owned())
+                .unwrap_or_default();
+            if !db.is_empty() && !db.parse::<u16>().is_ok_and(|n| n < 10_000) {
+                return refuse(
+                    "url",
+                    "must name its database by number (redis://host:port/0)",
+                );
+            }
+            let Some(stream) = d.stream else {
+                return refuse("stream", "is required for redis");
+            };
+            if stream.is_empty() || stream.len() > 1024 || stream.chars().any(char::is_control) {
+                return refuse(
+                    "stream",
+                    "must be 1 to 1024 bytes without control characters",
+                );
+            }
+            if d.max_len.is_some_and(|n| !(1..=1_000_000_000).contains(&n)) {
+                return refuse("max_len", "must be 1–1000000000");
+            }
+            let credentials = d.credentials.map(credentials_of).transpose()?;
+            Ok(Checked {
+                destination: Destination::Redis {
+                    url,
+                    stream,
+                    max_len: d.max_len,
+                },
+                credentials: credentials.map(Some),
+            })
+        }
+    }
+}
+
+/// Refuse the fields of other kinds than `kind`.
+fn only_for(d: &DestinationIn, kind: &str) -> Result<(), Problem> {
+    let given = [
+        ("exchange", d.exchange.is_some(), "rabbitmq"),
+        ("routing_key", d.routing_key.is_some(), "rabbitmq"),
+        ("subject", d.subject.is_some(), "nats"),
+        ("stream", d.stream.is_some(), "redis"),
+        ("max_len", d.max_len.is_some(), "redis"),
+        (
+            "credentials.token",
+            d.credentials.as_ref().is_some_and(|c| c.token.is_some()),
+            "nats",
+        ),
+    ];
+    match given.iter().find(|(_, set, of)| *set && *of != kind) {
+        Some((field, _, of)) => Err(Problem::unprocessable(
+            &format!("destination.{field}"),
+            format!("destination.{field} applies only to {of}"),
+        )),
+        None => Ok(()),
     }
 }
 
