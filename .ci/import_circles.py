@@ -24,7 +24,7 @@ import sys
 # as src/lib.rs says in words. Anything else runs up a floor, or reaches the store from below the
 # modules that hold one.
 _BASICS = {"clock", "ids", "model", "setting"}
-_MECHANISMS = {"admission", "delivery", "egress", "metrics"}
+_MECHANISMS = {"admission", "delivery", "destinations", "egress", "metrics"}
 _UNDER_ORCHESTRATION = (
     _BASICS
     | {"fairness", "pem", "retry", "shutdown", "signing", "sizing", "stats", "store"}
@@ -52,6 +52,7 @@ FLOORS = {
     "egress": {"pem", "setting"},
     "admission": _BASICS | {"shutdown", "sizing", "stats"},
     "delivery": _BASICS | {"admission", "egress", "pem", "retry", "signing", "stats"},
+    "destinations": _BASICS | {"delivery", "egress", "signing"},
     "metrics": _BASICS | {"delivery", "stats"},
     "listener": _BASICS | {"metrics", "web"},
     "demo_receiver": {"clock", "signing"},

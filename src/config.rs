@@ -413,6 +413,12 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_TENANT_MAX_SHARE")]
         #[serde(alias = "tenant_max_share")]
         pub tenant_max_share: Option<f64>,
+        /// Most broker connections of each kind (RabbitMQ, NATS, Redis) a dispatcher holds
+        /// open at once, shared by the endpoints of one broker address and credentials; the
+        /// least recently used is closed to make room, 1–10000 [default: 64]
+        #[arg(long, env = "SLUICE_BROKER_MAX_CONNECTIONS")]
+        #[serde(alias = "broker_max_connections")]
+        pub broker_max_connections: Option<u32>,
         /// Operator token (otherwise one is generated on first start and printed once)
         #[arg(
             long = "admin-token",
@@ -480,6 +486,9 @@ impl RawSettings {
         d.lane_share = self.lane_share.unwrap_or(d.lane_share);
         d.tenant_weight = self.tenant_weight.unwrap_or(d.tenant_weight);
         d.tenant_max_share = self.tenant_max_share.unwrap_or(d.tenant_max_share);
+        if let Some(n) = self.broker_max_connections {
+            d.brokers.max_connections = usize::try_from(n).unwrap_or(usize::MAX);
+        }
         http.max_connections = self.http_max_connections.unwrap_or(http.max_connections);
         http.max_connections_per_peer = self
             .http_max_connections_per_peer

@@ -17,6 +17,9 @@
 //! - [`delivery`]: the signed HTTP attempt with its timeouts, the endpoint's own headers and
 //!   response classification, behind the [`egress`] guard, signed by [`signing`] (Standard
 //!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519).
+//! - [`destinations`]: the broker attempt (RabbitMQ with publisher confirms, NATS
+//!   JetStream, Redis Streams), signed like the HTTP one and judged by the same egress guard, over a bounded
+//!   cache of broker connections.
 //! - [`fairness`]: fair shares across tenants (start-time fair queuing over tenants with due
 //!   work, weights and ceilings), applied by every claim.
 //! - [`retry`]: the backoff schedule, Retry-After, shed delays.
@@ -70,8 +73,9 @@
 //!    nouns and the ground, never an I/O module (no store, delivery, egress, HTTP, console…).
 //! 4. [`store`]: only [`model`], [`clock`], [`ids`] and [`fairness`] (its claim applies the fair
 //!    shares). It never reaches up for a type: the nouns it keeps are the model's.
-//! 5. The mechanisms: [`egress`], [`admission`], [`delivery`] (over admission and egress) and
-//!    [`metrics`] (over delivery), then [`listener`] and [`demo_receiver`]. None of them imports the
+//! 5. The mechanisms: [`egress`], [`admission`], [`delivery`] (over admission and egress),
+//!    [`destinations`] (over delivery's attempt report) and [`metrics`] (over delivery), then
+//!    [`listener`] and [`demo_receiver`]. None of them imports the
 //!    store: what they need of a row comes as a noun.
 //! 6. Orchestration and the edges, the only modules that hold a store:
 //!    [`operational_webhooks`] (their sender), [`dispatcher`], [`plan`], [`api`], [`console`]; above them
@@ -87,6 +91,7 @@ pub mod config;
 pub mod console;
 pub mod delivery;
 pub mod demo_receiver;
+pub mod destinations;
 pub mod dispatcher;
 pub mod egress;
 pub mod fairness;

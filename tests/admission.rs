@@ -180,6 +180,8 @@ proptest! {
                 failing_since_ms: None,
                 headers: Default::default(),
                 tls: Default::default(), oauth2: None, created_at_ms: now, updated_at_ms: now,
+                destination: sluice::model::Destination::Http { url: "http://127.0.0.1:9/".into() },
+                destination_credentials: None,
             };
             store.create_endpoint(&ep).await.unwrap();
             store.enqueue(&[NewMessage {

@@ -8,6 +8,8 @@
 mod client;
 #[path = "console/dashboard.rs"]
 mod dashboard;
+#[path = "console/destinations.rs"]
+mod destinations;
 #[path = "console/hostile.rs"]
 mod hostile;
 #[path = "console/https.rs"]

@@ -88,6 +88,41 @@ async fn check_upgraded(store: SharedStore) {
     assert_eq!(read.rate_limit, None);
     assert_eq!(store.endpoint_waiting("ep_paid").await.unwrap(), 1);
 
+    // The destination columns: an endpoint from before them is an HTTP endpoint at its url; a
+    // broker destination and its credentials round-trip, and back to HTTP drops both.
+    let mut e = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert_eq!(
+        e.destination,
+        sluice::model::Destination::Http { url: e.url.clone() }
+    );
+    assert_eq!(e.destination_credentials, None);
+    let http = e.destination.clone();
+    e.set_destination(sluice::model::Destination::Rabbitmq {
+        url: "amqp://rabbit.example.com:5672/%2f".into(),
+        exchange: "events".into(),
+        routing_key: "orders".into(),
+    });
+    e.destination_credentials = Some(sluice::model::DestinationCredentials {
+        username: Some("u".into()),
+        password: Some("p".into()),
+        token: None,
+    });
+    store.update_endpoint(&e).await.unwrap();
+    let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert_eq!(read.url, "amqp://rabbit.example.com:5672/%2f");
+    assert_eq!(
+        (&read.destination, &read.destination_credentials),
+        (&e.destination, &e.destination_credentials)
+    );
+    e.set_destination(http.clone());
+    e.destination_credentials = None;
+    store.update_endpoint(&e).await.unwrap();
+    let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();
+    assert_eq!(
+        (read.destination, read.destination_credentials),
+        (http, None)
+    );
+
     // The ordering column: an endpoint from before it is unordered; set to FIFO, its waiting
     // deliveries go one at a time, the earliest accepted first.
     let mut e = store.endpoint(Some("ten_v1"), "ep_all").await.unwrap();

@@ -114,7 +114,7 @@ fn hostile_text() -> impl Strategy<Value = String> {
     prop::collection::vec(prop_oneof![Just('\0'), any::<char>()], 0..80).prop_map(String::from_iter)
 }
 
-const KINDS: [ErrorKind; 16] = ErrorKind::ALL;
+const KINDS: [ErrorKind; 21] = ErrorKind::ALL;
 
 fn results() -> impl Strategy<Value = Result<Response, Failure>> {
     prop_oneof![

@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 use super::time::Timestamp;
 use crate::ids;
 use crate::model::{
-    AttemptView, ClientAuth, Credentials, DeliveryOrder, DeliveryState, DeliveryView, Endpoint,
-    EndpointEvent, EndpointTls,
+    AttemptView, ClientAuth, Credentials, DeliveryOrder, DeliveryState, DeliveryView, Destination,
+    DestinationCredentials, Endpoint, EndpointEvent, EndpointTls,
 };
 use crate::pem;
 use crate::signing::{Scheme, SigningKey, scheme_of};
@@ -158,6 +158,9 @@ pub struct EndpointOut {
     pub previous_tls_client_certificate_until: Option<Timestamp>,
     /// OAuth2 client credentials (the client secret is never shown).
     pub oauth2: Option<OAuth2Out>,
+    /// What it delivers to (`url` is its address, whatever the type); a broker's credentials
+    /// are never shown.
+    pub destination: DestinationOut,
     /// Its rate limit, fleet-wide (null: none).
     pub rate_limit: Option<RateLimitOut>,
     /// `unordered`, or `fifo`: one delivery at a time, in acceptance order.
@@ -179,6 +182,67 @@ pub struct RateLimitOut {
     pub per_second: f64,
     /// Events that may go at once after a quiet spell.
     pub burst: u32,
+}
+
+/// An endpoint's destination as shown: never its credentials, only whether it has some.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DestinationOut {
+    /// `http`, `rabbitmq`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Where it connects.
+    pub url: String,
+    /// `rabbitmq`: the exchange (`""`: the default exchange).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exchange: Option<String>,
+    /// `rabbitmq`: the routing key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing_key: Option<String>,
+    /// `nats`: the subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// `redis`: the stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<String>,
+    /// `redis`: the approximate length the stream is trimmed to (null: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_len: Option<u64>,
+    /// Whether credentials are stored (they are never shown).
+    pub has_credentials: bool,
+}
+
+impl DestinationOut {
+    /// The view of `d`.
+    pub fn of(d: &Destination, credentials: &Option<DestinationCredentials>) -> Self {
+        let (exchange, routing_key) = match d {
+            Destination::Rabbitmq {
+                exchange,
+                routing_key,
+                ..
+            } => (Some(exchange.clone()), Some(routing_key.clone())),
+            _ => (None, None),
+        };
+        let subject = match d {
+            Destination::Nats { subject, .. } => Some(subject.clone()),
+            _ => None,
+        };
+        let (stream, max_len) = match d {
+            Destination::Redis {
+                stream, max_len, ..
+            } => (Some(stream.clone()), *max_len),
+            _ => (None, None),
+        };
+        Self {
+            kind: d.kind().to_owned(),
+            url: d.url().to_owned(),
+            exchange,
+            routing_key,
+            subject,
+            stream,
+            max_len,
+            has_credentials: credentials.is_some(),
+        }
+    }
 }
 
 /// OAuth2 client credentials as shown: everything but the client secret.
@@ -272,6 +336,7 @@ impl EndpointOut {
         let tls = TlsShown::of(&e.tls, with_pem);
         Self {
             oauth2: e.oauth2.as_ref().map(Into::into),
+            destination: DestinationOut::of(&e.destination, &e.destination_credentials),
             ordering: e.ordering,
             rate_limit: e.rate_limit.map(|l| RateLimitOut {
                 per_second: l.per_second(),

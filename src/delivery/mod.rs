@@ -20,7 +20,7 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 
 use crate::egress::EgressError;
-use crate::model::Credentials;
+use crate::model::{Credentials, Destination, DestinationCredentials};
 use crate::signing::SigningKey;
 
 pub use clients::Clients;
@@ -55,6 +55,11 @@ pub struct Target {
     pub previous_tls: Option<TlsProfile>,
     /// OAuth2 client credentials: a bearer token is fetched and sent with every attempt.
     pub oauth2: Option<Credentials>,
+    /// What it delivers to: HTTP at `url`, or a broker (published by
+    /// [`crate::destinations`]).
+    pub destination: Destination,
+    /// The broker's credentials (write-only: never shown or logged).
+    pub destination_credentials: Option<DestinationCredentials>,
 }
 
 /// Timeouts of one attempt.
@@ -102,6 +107,17 @@ pub enum ErrorKind {
     TokenTooLarge,
     /// The egress guard refused the destination (not retried).
     Refused,
+    /// A broker returned the message: nothing is bound to its exchange and routing key.
+    Unroutable,
+    /// A broker refused the credentials (or their access to the vhost or exchange).
+    BrokerAuth,
+    /// A broker has no such exchange, stream, subject or vhost.
+    BrokerNotFound,
+    /// A broker is blocking publishers or refused the message for its limits (a memory or
+    /// disk alarm, a full queue): backpressure, read like a 503.
+    BrokerBlocked,
+    /// A broker refused the message as too large.
+    TooLarge,
     /// Anything else.
     Other,
 }
@@ -125,6 +141,11 @@ impl ErrorKind {
             ErrorKind::TokenEndpoint => "token_endpoint",
             ErrorKind::TokenTooLarge => "token_too_large",
             ErrorKind::Refused => "destination_refused",
+            ErrorKind::Unroutable => "unroutable",
+            ErrorKind::BrokerAuth => "broker_auth",
+            ErrorKind::BrokerNotFound => "broker_not_found",
+            ErrorKind::BrokerBlocked => "broker_blocked",
+            ErrorKind::TooLarge => "too_large",
             ErrorKind::Other => "error",
         }
     }
@@ -141,7 +162,7 @@ impl ErrorKind {
     }
 
     /// Every kind, in the order of the enum (the label values of the failures metric).
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 21] = [
         ErrorKind::ConnectTimeout,
         ErrorKind::ReadTimeout,
         ErrorKind::TotalTimeout,
@@ -157,6 +178,11 @@ impl ErrorKind {
         ErrorKind::TokenEndpoint,
         ErrorKind::TokenTooLarge,
         ErrorKind::Refused,
+        ErrorKind::Unroutable,
+        ErrorKind::BrokerAuth,
+        ErrorKind::BrokerNotFound,
+        ErrorKind::BrokerBlocked,
+        ErrorKind::TooLarge,
         ErrorKind::Other,
     ];
 }
@@ -326,6 +352,11 @@ mod tests {
                 | ErrorKind::TokenEndpoint
                 | ErrorKind::TokenTooLarge
                 | ErrorKind::Refused
+                | ErrorKind::Unroutable
+                | ErrorKind::BrokerAuth
+                | ErrorKind::BrokerNotFound
+                | ErrorKind::BrokerBlocked
+                | ErrorKind::TooLarge
                 | ErrorKind::Other => true,
             };
             assert!(listed);

@@ -96,6 +96,14 @@ pub fn decide(
             failed: true,
             kind,
         },
+        // A broker's backpressure is its 503: the governor slows down for it.
+        Err(f) if f.kind == ErrorKind::BrokerBlocked => Decision {
+            outcome: retry_or_dead(now_ms, f.kind.as_str().to_string()),
+            observation: Observation::Throttled { retry_after: None },
+            disable: None,
+            failed: true,
+            kind,
+        },
         Err(f) => Decision {
             outcome: retry_or_dead(now_ms, f.kind.as_str().to_string()),
             observation: if f.kind.is_timeout() {

@@ -356,6 +356,8 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         tls,
         previous_tls,
         oauth2: e.oauth2.clone(),
+        destination: e.destination.clone(),
+        destination_credentials: e.destination_credentials.clone(),
     }))
 }
 

@@ -37,6 +37,7 @@ use crate::model::{Claimed, SettleOutcome, Settlement};
 use crate::shutdown::{Phase, Shutdown};
 use crate::store::SharedStore;
 
+use crate::destinations::Brokers;
 use endpoints::Endpoints;
 pub use settings::{Concurrency, DispatchSettings, parse_concurrency};
 use settler::SettleItem;
@@ -56,6 +57,8 @@ pub struct Ctx {
     metrics: Arc<Metrics>,
     /// HTTP clients behind the egress guard.
     clients: Clients,
+    /// Broker connections behind the same guard.
+    brokers: Brokers,
     /// Live endpoint state.
     endpoints: Endpoints,
     /// Fair shares across tenants: virtual time, charges owed, policies, use of the pool.
@@ -358,6 +361,7 @@ impl Dispatcher {
         let (settle_tx, settle_rx) = mpsc::channel(settings.concurrency.ceiling() as usize * 2);
         metrics.concurrency_limit.set(i64::from(concurrency));
         let ctx = Arc::new(Ctx {
+            brokers: Brokers::new(policy.clone(), settings.brokers),
             clients: Clients::with_egress(
                 policy,
                 &settings.egress,

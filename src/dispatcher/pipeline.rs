@@ -130,11 +130,18 @@ pub(super) async fn run(
         return settlement(d, SettleOutcome::Release, None).into();
     };
     ctx.metrics.in_flight.inc();
-    let report = ctx
-        .clients
-        .attempt(target, &d.message_id, &d.payload, deadline)
-        .instrument(tracing::debug_span!("attempt"))
-        .await;
+    // A broker gets the same admission, deadline and settle path; only the attempt differs.
+    let report = if target.destination.is_broker() {
+        ctx.brokers
+            .attempt(target, &d.message_id, &d.event_type, &d.payload, deadline)
+            .instrument(tracing::debug_span!("publish"))
+            .await
+    } else {
+        ctx.clients
+            .attempt(target, &d.message_id, &d.payload, deadline)
+            .instrument(tracing::debug_span!("attempt"))
+            .await
+    };
     tracing::debug!(
         status = report.result.as_ref().ok().map(|r| r.status),
         error = report.result.as_ref().err().map(|f| f.kind.as_str()),

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use crate::admission::breaker::BreakerSettings;
 use crate::admission::governor::GovernorSettings;
 use crate::delivery::AttemptTimeouts;
+use crate::destinations::BrokerSettings;
 use crate::egress::settings::EgressSettings;
 use crate::retry::{RetrySchedule, ShedSettings};
 use crate::setting::{Problems, SettingProblem, shown};
@@ -109,6 +110,8 @@ pub struct DispatchSettings {
     pub tenant_max_share: f64,
     /// How deliveries leave the host: extra CAs, an HTTP proxy, OAuth2 token timeouts.
     pub egress: EgressSettings,
+    /// Broker connections: how many are held open at once.
+    pub brokers: BrokerSettings,
 }
 
 impl DispatchSettings {
@@ -214,6 +217,12 @@ impl DispatchSettings {
             "1s–60s",
         );
         p.check(
+            (1..=10_000).contains(&self.brokers.max_connections),
+            "broker_max_connections",
+            self.brokers.max_connections,
+            "1–10000",
+        );
+        p.check(
             crate::fairness::weight_problem(self.tenant_weight).is_none(),
             "tenant_weight",
             self.tenant_weight,
@@ -266,6 +275,7 @@ impl Default for DispatchSettings {
             tenant_weight: 1,
             tenant_max_share: 1.0,
             egress: EgressSettings::default(),
+            brokers: BrokerSettings::default(),
         }
     }
 }

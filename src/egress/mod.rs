@@ -194,8 +194,14 @@ impl EgressPolicy {
     ///
     /// Host names pass here and are checked after resolution by [`GuardedResolver`].
     pub fn check_url(&self, url: &str) -> Result<Url, EgressError> {
+        self.check_url_of(url, &["http", "https"])
+    }
+
+    /// [`Self::check_url`] for a URL of one of `schemes` (a broker's: `amqp`, …); its caller
+    /// names the schemes it allows before this is reached.
+    pub fn check_url_of(&self, url: &str, schemes: &[&str]) -> Result<Url, EgressError> {
         let url = Url::parse(url)?;
-        if !matches!(url.scheme(), "http" | "https") {
+        if !schemes.contains(&url.scheme()) {
             return Err(EgressError::Scheme(url.scheme().to_owned()));
         }
         if !url.username().is_empty() || url.password().is_some() {

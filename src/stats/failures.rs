@@ -55,6 +55,8 @@ impl AttemptKind {
             (None, Some("tls_handshake" | "tls")) => Self::TlsHandshake,
             (None, Some("tls_timeout")) => Self::TlsTimeout,
             (None, Some("token_endpoint" | "token_too_large")) => Self::Token,
+            // A broker blocking publishers is asking us to slow down, as a 429 does.
+            (None, Some("broker_blocked")) => Self::Throttled,
             (None, _) => Self::Other,
         }
     }

@@ -54,6 +54,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (15, include_str!("sql/postgres_015_dead_letters.sql")),
     (16, include_str!("sql/postgres_016_due_correction.sql")),
     (17, include_str!("sql/postgres_017_id_collation.sql")),
+    (
+        18,
+        include_str!("sql/postgres_018_endpoint_destination.sql"),
+    ),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

@@ -43,6 +43,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("sql/sqlite_011_heartbeat_host_seconds.sql"),
     ),
     (12, include_str!("sql/sqlite_012_dead_letters.sql")),
+    (13, include_str!("sql/sqlite_013_endpoint_destination.sql")),
 ];
 
 /// SQLite's own page cache, per connection, in KiB. The file's pages are in the operating

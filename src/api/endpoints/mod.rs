@@ -2,6 +2,7 @@
 
 pub(crate) mod actions;
 pub(crate) mod checks;
+pub(crate) mod destination;
 pub(crate) mod status;
 pub(crate) mod tls;
 
@@ -23,10 +24,8 @@ use crate::model::{DeliveryOrder, Endpoint};
 use crate::signing::{Scheme, SigningKey};
 use crate::web::problem::{ApiResult, Problem};
 
-use checks::{
-    RateLimitIn, check_destination, check_headers, check_limits, check_one_authorization,
-    check_rate_limit,
-};
+use checks::{RateLimitIn, check_headers, check_limits, check_one_authorization, check_rate_limit};
+use destination::DestinationIn;
 use tls::{
     OAuth2In, certificate_bytes, check_ca_bundle, check_certificate_room, check_oauth2, identity_of,
 };
@@ -35,8 +34,14 @@ use tls::{
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
-    /// Destination (http or https; checked against the egress guard after DNS).
-    pub url: String,
+    /// An HTTP destination (http or https; checked against the egress guard after DNS): the
+    /// shorthand for `"destination": {"type": "http", "url": …}`. Give this or `destination`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// What the endpoint delivers to: `http` or a broker (`rabbitmq`), with the broker's
+    /// write-only credentials. Give this or `url`.
+    #[serde(default)]
+    pub destination: Option<DestinationIn>,
     /// Event types to receive: exact (`order.created`), a prefix pattern (`order.*`: every type
     /// below `order.`) or `*`; omitted or empty means all.
     #[serde(default)]
@@ -92,8 +97,11 @@ pub struct CreateEndpoint {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
-    /// New destination.
+    /// New HTTP destination (the shorthand for `destination` of type `http`).
     pub url: Option<String>,
+    /// New destination, of any type (changing the type is allowed). Credentials left out are
+    /// kept while the type stays the same, and dropped when it changes.
+    pub destination: Option<DestinationIn>,
     /// New filter.
     pub event_types: Option<Vec<String>>,
     /// New description.
@@ -188,7 +196,12 @@ pub(crate) async fn create_endpoint(
     tenant: &str,
     req: CreateEndpoint,
 ) -> ApiResult<Endpoint> {
-    let url = check_destination(state, &req.url).await?;
+    let Some(target) = destination::check(state, req.url.as_deref(), req.destination).await? else {
+        return Err(Problem::unprocessable(
+            "url",
+            "url (an HTTP destination) or destination is required",
+        ));
+    };
     check_event_types(&req.event_types)?;
     check_limits(
         state,
@@ -219,10 +232,12 @@ pub(crate) async fn create_endpoint(
     let mut endpoint = new_endpoint(
         ids::new_id("ep"),
         tenant.to_owned(),
-        url,
+        String::new(),
         false,
         req.signature_scheme,
     );
+    endpoint.set_destination(target.destination);
+    endpoint.destination_credentials = target.credentials.flatten();
     endpoint.headers = headers;
     endpoint.description = req.description;
     endpoint.event_types = req.event_types;
@@ -321,10 +336,7 @@ pub(crate) async fn update_endpoint(
 ) -> ApiResult<Endpoint> {
     check_id("endpoint", id)?;
     let mut e = state.store.endpoint(Some(tenant), id).await?;
-    let url = match &req.url {
-        Some(url) => Some(check_destination(state, url).await?),
-        None => None,
-    };
+    let target = destination::check(state, req.url.as_deref(), req.destination).await?;
     if let Some(types) = &req.event_types {
         check_event_types(types)?;
     }
@@ -361,8 +373,14 @@ pub(crate) async fn update_endpoint(
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = req.$f { e.$f = v; } )* };
     }
-    if let Some(url) = url {
-        e.url = url;
+    if let Some(target) = target {
+        let same_kind = target.destination.kind() == e.destination.kind();
+        match target.credentials {
+            Some(c) => e.destination_credentials = c,
+            None if !same_kind => e.destination_credentials = None,
+            None => {}
+        }
+        e.set_destination(target.destination);
     }
     if let Some(headers) = headers {
         e.headers = headers;

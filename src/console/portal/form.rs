@@ -2,6 +2,7 @@
 //! `UpdateEndpoint`, so the checks that follow (egress guard, field ranges, the operator's
 //! timeout caps) are the API's, and its errors come back next to the field at fault.
 
+pub mod destination;
 pub mod https;
 
 use std::collections::BTreeMap;
@@ -63,6 +64,33 @@ pub struct EndpointForm {
     pub oauth2_audience: String,
     /// How sluice authenticates to the token endpoint: `basic` (or blank) or `post`.
     pub oauth2_client_auth: String,
+    /// `http` (or blank), `rabbitmq`, `nats` or `redis`.
+    #[serde(rename = "destination.type")]
+    pub destination_type: String,
+    /// RabbitMQ exchange.
+    #[serde(rename = "destination.exchange")]
+    pub destination_exchange: String,
+    /// RabbitMQ routing key.
+    #[serde(rename = "destination.routing_key")]
+    pub destination_routing_key: String,
+    /// NATS subject.
+    #[serde(rename = "destination.subject")]
+    pub destination_subject: String,
+    /// Redis stream.
+    #[serde(rename = "destination.stream")]
+    pub destination_stream: String,
+    /// Redis `MAXLEN ~`; blank for none.
+    #[serde(rename = "destination.max_len")]
+    pub destination_max_len: String,
+    /// Broker user name (write-only: blank keeps the stored credentials).
+    #[serde(rename = "destination.credentials.username")]
+    pub destination_username: String,
+    /// Broker password (write-only).
+    #[serde(rename = "destination.credentials.password")]
+    pub destination_password: String,
+    /// NATS token (write-only).
+    #[serde(rename = "destination.credentials.token")]
+    pub destination_token: String,
 }
 
 /// A field and what is wrong with it.
@@ -116,6 +144,7 @@ impl From<&Endpoint> for EndpointForm {
             ..Self::default()
         };
         https::fill(&mut form, e);
+        destination::fill(&mut form, e);
         form
     }
 }
@@ -206,8 +235,10 @@ impl EndpointForm {
 
     /// The API request that creates this endpoint.
     pub fn to_create(&self) -> Result<CreateEndpoint, FieldError> {
+        let broker = destination::destination(self)?;
         Ok(CreateEndpoint {
-            url: self.url.trim().to_owned(),
+            url: broker.is_none().then(|| self.url.trim().to_owned()),
+            destination: broker,
             event_types: self.types(),
             description: self.description.trim().to_owned(),
             lane_size: number("lane_size", &self.lane_size)?,
@@ -230,12 +261,14 @@ impl EndpointForm {
     /// `current` is the client certificate stored now (kept when the form leaves it as it is).
     pub fn to_update(&self, current: Option<&str>) -> Result<UpdateEndpoint, FieldError> {
         let (tls_client_certificate, tls_client_key) = https::identity_update(self, current)?;
+        let broker = destination::destination(self)?;
         Ok(UpdateEndpoint {
             tls_ca_bundle: Some(https::optional(&self.tls_ca_bundle)),
             tls_client_certificate,
             tls_client_key,
             oauth2: Some(https::oauth2(self)?),
-            url: Some(self.url.trim().to_owned()),
+            url: broker.is_none().then(|| self.url.trim().to_owned()),
+            destination: broker,
             event_types: Some(self.types()),
             description: Some(self.description.trim().to_owned()),
             enabled: None,
@@ -261,6 +294,19 @@ fn custom_headers(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
         }
         textarea id="f-headers" name="headers" rows="3" { (form.headers) }
         @if let Some(e) = wrong { p.field-error role="alert" { (e.detail) } }
+    }
+}
+
+/// A URL as written back into the form: never with the user name and password a tenant put in
+/// it (refused by the API, which points to the credentials fields).
+fn without_userinfo(text: &str) -> String {
+    match url::Url::parse(text.trim()) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.into()
+        }
+        _ => text.to_owned(),
     }
 }
 
@@ -313,11 +359,20 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
     let general = error.filter(|e| {
         !FIELDS.contains(&e.field.as_str())
             && !https::FIELDS.contains(&e.field.as_str())
+            && !destination::FIELDS.contains(&e.field.as_str())
+            && e.field != "destination.url"
             && e.field != "headers"
             && !e.field.starts_with("headers.")
     });
     let advanced_open =
         error.is_some_and(|e| e.field.ends_with("_ms") || e.field.starts_with("rate_limit."));
+    // A broker URL's problem is the API's `destination.url`: shown on the one URL field.
+    let url_error = error
+        .filter(|e| e.field == "destination.url")
+        .map(|e| FieldError {
+            field: "url".into(),
+            detail: e.detail.clone(),
+        });
     let lane_hint = format!(
         "concurrent deliveries; blank for the default of {}",
         ctx.default_lane
@@ -326,7 +381,7 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
         form.endpoint method="post" action=(ctx.action) {
             (csrf_field(ctx.csrf))
             @if let Some(e) = general { p.form-error role="alert" { (e.detail) } }
-            (field("url", "URL", "where webhooks are POSTed (http or https)", "url", &values.url, error))
+            (field("url", "URL", "where webhooks are POSTed (http or https), or the broker's address (see Destination)", "url", &without_userinfo(&values.url), url_error.as_ref().or(error)))
             (field("description", "Description", "optional", "text", &values.description, error))
             (field("event_types", "Event types", "comma-separated; blank for every type", "text", &values.event_types, error))
             (field("lane_size", "Lane size", &lane_hint, "text", &values.lane_size, error))
@@ -341,6 +396,7 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
                 (field("read_timeout_ms", "Read timeout (ms)", "blank for the default", "text", &values.read_timeout_ms, error))
                 (field("total_timeout_ms", "Total deadline (ms)", "blank for the default", "text", &values.total_timeout_ms, error))
             }
+            (destination::section(values, error))
             (https::section(values, error))
             p { button.primary type="submit" { (ctx.submit) } }
         }
@@ -360,7 +416,7 @@ mod tests {
             ..Default::default()
         };
         let c = form.to_create().unwrap();
-        assert_eq!(c.url, "https://example.com/hook");
+        assert_eq!(c.url.as_deref(), Some("https://example.com/hook"));
         assert_eq!(
             c.event_types,
             ["order.created", "order.paid", "invoice.sent"]

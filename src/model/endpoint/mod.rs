@@ -1,6 +1,7 @@
 //! Endpoints: the customer URLs that receive signed webhooks, what is stored beside each (its
 //! ordering, rate limit, TLS setting, OAuth2 credentials, headers) and what happens to them.
 
+mod destination;
 mod oauth2;
 mod rate;
 mod tls;
@@ -9,6 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use destination::*;
 pub use oauth2::*;
 pub use rate::*;
 pub use tls::*;
@@ -20,8 +22,14 @@ pub struct Endpoint {
     pub id: String,
     /// Owning tenant.
     pub tenant_id: String,
-    /// Destination URL (checked by the egress guard on create and on every delivery).
+    /// The destination's URL, whatever its kind (checked by the egress guard on create and on
+    /// every delivery): always `destination.url()`, kept apart for what reads only the address.
     pub url: String,
+    /// What it delivers to: HTTP (the default) or a broker.
+    pub destination: Destination,
+    /// The broker's credentials: write-only.
+    #[serde(skip)]
+    pub destination_credentials: Option<DestinationCredentials>,
     /// Free text for the customer.
     pub description: String,
     /// Event types delivered here; empty means every type.
@@ -140,6 +148,8 @@ impl Endpoint {
         Self {
             id,
             tenant_id,
+            destination: Destination::Http { url: url.clone() },
+            destination_credentials: None,
             url,
             description: String::new(),
             event_types: Vec::new(),
@@ -163,6 +173,14 @@ impl Endpoint {
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
         }
+    }
+}
+
+impl Endpoint {
+    /// Deliver to `d` from now on (its URL becomes the endpoint's `url`).
+    pub fn set_destination(&mut self, d: Destination) {
+        self.url = d.url().to_owned();
+        self.destination = d;
     }
 }
 

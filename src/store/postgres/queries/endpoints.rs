@@ -10,7 +10,8 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering";
+    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering, \
+    destination, destination_credentials";
 
 /// Ready deliveries of one endpoint, due or not (counted on the `deliveries_ready` index).
 const ENDPOINT_WAITING: &str =
@@ -47,10 +48,10 @@ fn opt_u32(v: Option<i64>) -> Option<u32> {
 
 fn endpoint_row(r: &Row) -> Endpoint {
     let types: String = r.get(4);
+    let url: String = r.get(2);
     Endpoint {
         id: r.get(0),
         tenant_id: r.get(1),
-        url: r.get(2),
         description: r.get(3),
         event_types: serde_json::from_str(&types).unwrap_or_default(),
         secret: r.get(5),
@@ -72,6 +73,9 @@ fn endpoint_row(r: &Row) -> Endpoint {
         oauth2: oauth2_from_column(r.get(21)),
         rate_limit: rate_limit_from_columns(r.get(22), r.get(23)),
         ordering: DeliveryOrder::from_code(i64::from(r.get::<_, i16>(24))),
+        destination: Destination::from_column(r.get(25), &url),
+        destination_credentials: DestinationCredentials::from_column(r.get(26)),
+        url,
     }
 }
 
@@ -95,7 +99,7 @@ pub(in crate::store::postgres) async fn create_endpoint(
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20, $21, $22, $23, $24, $25)"
+             $20, $21, $22, $23, $24, $25, $26, $27)"
         ),
         &[
             &e.id,
@@ -123,6 +127,8 @@ pub(in crate::store::postgres) async fn create_endpoint(
             &e.rate_limit.map(|l| l.per_second()),
             &e.rate_limit.map(|l| i64::from(l.burst())),
             &(e.ordering.code() as i16),
+            &e.destination.to_column(),
+            &DestinationCredentials::to_column(&e.destination_credentials),
         ],
     )
     .await
@@ -245,7 +251,8 @@ pub(in crate::store::postgres) async fn update_endpoint(
              disabled_reason = $10, lane_size = $11, latency_ceiling_ms = $12, \
              connect_timeout_ms = $13, read_timeout_ms = $14, total_timeout_ms = $15, \
              updated_at_ms = $16, headers = $17, tls = $18, oauth2 = $19, \
-             rate_per_second = $20, rate_burst = $21, ordering = $22 \
+             rate_per_second = $20, rate_burst = $21, ordering = $22, destination = $23, \
+             destination_credentials = $24 \
              WHERE id = $1 AND tenant_id = $2",
             &[
                 &e.id,
@@ -270,6 +277,8 @@ pub(in crate::store::postgres) async fn update_endpoint(
                 &e.rate_limit.map(|l| l.per_second()),
                 &e.rate_limit.map(|l| i64::from(l.burst())),
                 &(e.ordering.code() as i16),
+                &e.destination.to_column(),
+                &DestinationCredentials::to_column(&e.destination_credentials),
             ],
         )
         .await

@@ -9,14 +9,15 @@ use crate::store::*;
 const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, secret, \
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
-    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering";
+    created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering, \
+    destination, destination_credentials";
 
 fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
     let types: String = r.get(4)?;
+    let url: String = r.get(2)?;
     Ok(Endpoint {
         id: r.get(0)?,
         tenant_id: r.get(1)?,
-        url: r.get(2)?,
         description: r.get(3)?,
         event_types: serde_json::from_str(&types).unwrap_or_default(),
         secret: r.get(5)?,
@@ -38,6 +39,11 @@ fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
         oauth2: oauth2_from_column(r.get::<_, Option<String>>(21)?.as_deref()),
         rate_limit: rate_limit_from_columns(r.get(22)?, r.get(23)?),
         ordering: DeliveryOrder::from_code(r.get(24)?),
+        destination: Destination::from_column(r.get::<_, Option<String>>(25)?.as_deref(), &url),
+        destination_credentials: DestinationCredentials::from_column(
+            r.get::<_, Option<String>>(26)?.as_deref(),
+        ),
+        url,
     })
 }
 
@@ -54,7 +60,7 @@ pub(in crate::store::sqlite) fn create_endpoint(c: &Connection, e: &Endpoint) ->
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-             ?20, ?21, ?22, ?23, ?24, ?25)"
+             ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)"
         ),
         params![
             e.id,
@@ -81,7 +87,9 @@ pub(in crate::store::sqlite) fn create_endpoint(c: &Connection, e: &Endpoint) ->
             oauth2_column(&e.oauth2),
             e.rate_limit.map(|l| l.per_second()),
             e.rate_limit.map(|l| l.burst()),
-            e.ordering.code()
+            e.ordering.code(),
+            e.destination.to_column(),
+            DestinationCredentials::to_column(&e.destination_credentials)
         ],
     )
     .map_err(db)?;
@@ -190,7 +198,8 @@ pub(in crate::store::sqlite) fn update_endpoint(c: &Connection, e: &Endpoint) ->
              disabled_reason = ?10, lane_size = ?11, latency_ceiling_ms = ?12, \
              connect_timeout_ms = ?13, read_timeout_ms = ?14, total_timeout_ms = ?15, \
              updated_at_ms = ?16, headers = ?17, tls = ?18, oauth2 = ?19, \
-             rate_per_second = ?20, rate_burst = ?21, ordering = ?22 \
+             rate_per_second = ?20, rate_burst = ?21, ordering = ?22, destination = ?23, \
+             destination_credentials = ?24 \
              WHERE id = ?1 AND tenant_id = ?2",
             params![
                 e.id,
@@ -214,7 +223,9 @@ pub(in crate::store::sqlite) fn update_endpoint(c: &Connection, e: &Endpoint) ->
                 oauth2_column(&e.oauth2),
                 e.rate_limit.map(|l| l.per_second()),
                 e.rate_limit.map(|l| l.burst()),
-                e.ordering.code()
+                e.ordering.code(),
+                e.destination.to_column(),
+                DestinationCredentials::to_column(&e.destination_credentials)
             ],
         )
         .map_err(db)?;

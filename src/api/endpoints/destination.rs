@@ -1,0 +1,370 @@
+//! An endpoint's destination as the API takes and shows it: `"destination": {"type": …}`, with
+//! `"url"` beside it as the shorthand for HTTP. Broker URLs go through the egress guard like a
+//! receiver's; credentials are write-only and never in a URL.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::checks::check_destination_of;
+use crate::api::AppState;
+use crate::api::views::check_text;
+use crate::model::{Destination, DestinationCredentials};
+use crate::web::problem::Problem;
+
+/// The destination kinds this sluice delivers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DestinationType {
+    /// A signed HTTP POST.
+    Http,
+    /// RabbitMQ (AMQP 0-9-1): a persistent, mandatory, publisher-confirmed publish.
+    Rabbitmq,
+    /// NATS JetStream: a publish acknowledged by the stream capturing the subject.
+    Nats,
+    /// Redis Streams: an `XADD` to an existing stream, acknowledged by its entry id.
+    Redis,
+}
+
+/// What an endpoint delivers to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationIn {
+    /// `http`, `rabbitmq`, `nats` or `redis`.
+    #[serde(rename = "type")]
+    pub kind: DestinationType,
+    /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`
+    /// (the vhost percent-encoded: `%2f` is `/`). `nats`: `nats://host:port`. `redis`:
+    /// `redis://host:port/db`. Never with credentials in it.
+    pub url: String,
+    /// `rabbitmq`: the exchange published to; omitted or `""` is the default exchange, which
+    /// routes to the queue named by `routing_key`.
+    #[serde(default)]
+    pub exchange: Option<String>,
+    /// `rabbitmq`: the routing key (at most 255 bytes).
+    #[serde(default)]
+    pub routing_key: Option<String>,
+    /// `nats`: the subject published to (no wildcards); a JetStream stream must capture it
+    /// (sluice creates none).
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// `redis`: the stream's key; it must exist (sluice adds with `NOMKSTREAM`).
+    #[serde(default)]
+    pub stream: Option<String>,
+    /// `redis`: trim the stream to about this many entries on each add (`MAXLEN ~`),
+    /// 1–1000000000; omitted: no trimming.
+    #[serde(default)]
+    pub max_len: Option<u64>,
+    /// The broker's credentials: write-only, never shown. On a PATCH, left out keeps the
+    /// stored ones when the type is unchanged.
+    #[serde(default)]
+    pub credentials: Option<CredentialsIn>,
+}
+
+/// A broker's credentials (write-only).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialsIn {
+    /// User name.
+    pub username: Option<String>,
+    /// Password.
+    pub password: Option<String>,
+    /// `nats`: a token, instead of a user name and password.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for CredentialsIn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialsIn")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A checked destination and the credentials to store with it (`None`: keep what is stored).
+pub(crate) struct Checked {
+    pub destination: Destination,
+    pub credentials: Option<Option<DestinationCredentials>>,
+}
+
+/// Check `url` (the shorthand) or `destination`: exactly one of them.
+pub(crate) async fn check(
+    state: &AppState,
+    url: Option<&str>,
+    destination: Option<DestinationIn>,
+) -> Result<Option<Checked>, Problem> {
+    match (url, destination) {
+        (Some(_), Some(_)) => Err(Problem::unprocessable(
+            "destination",
+            "give either url (an HTTP destination) or destination, not both",
+        )),
+        (Some(url), None) => Ok(Some(Checked {
+            destination: Destination::Http {
+                url: check_destination_of(state, "url", url).await?,
+            },
+            credentials: Some(None),
+        })),
+        (None, Some(d)) => check_destination(state, d).await.map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked, Problem> {
+    let refuse = |field: &str, why: &str| {
+        Err(Problem::unprocessable(
+            &format!("destination.{field}"),
+            format!("destination.{field} {why}"),
+        ))
+    };
+    match d.kind {
+        DestinationType::Http => {
+            only_for(&d, "http")?;
+            if d.exchange.is_some() {
+                return refuse("exchange", "applies only to rabbitmq");
+            }
+            if d.routing_key.is_some() {
+                return refuse("routing_key", "applies only to rabbitmq");
+            }
+            if d.subject.is_some() {
+                return refuse("subject", "applies only to nats");
+            }
+            if d.credentials.is_some() {
+                return refuse(
+                    "credentials",
+                    "applies only to brokers (an HTTP endpoint authenticates with headers or oauth2)",
+                );
+            }
+            let url = check_destination_of(state, "destination.url", &d.url).await?;
+            Ok(Checked {
+                destination: Destination::Http { url },
+                credentials: Some(None),
+            })
+        }
+        DestinationType::Rabbitmq => {
+            only_for(&d, "rabbitmq")?;
+            if d.subject.is_some() {
+                return refuse("subject", "applies only to nats");
+            }
+            if d.credentials.as_ref().is_some_and(|c| c.token.is_some()) {
+                return refuse("credentials.token", "applies only to nats");
+            }
+            let url = check_broker_url(state, &d.url, &["amqp"]).await?;
+            let exchange = d.exchange.unwrap_or_default();
+            let Some(routing_key) = d.routing_key else {
+                return refuse("routing_key", "is required for rabbitmq");
+            };
+            check_short("exchange", &exchange)?;
+            check_short("routing_key", &routing_key)?;
+            let credentials = d.credentials.map(credentials_of).transpose()?;
+            Ok(Checked {
+                destination: Destination::Rabbitmq {
+                    url,
+                    exchange,
+                    routing_key,
+                },
+                credentials: credentials.map(Some),
+            })
+        }
+        DestinationType::Nats => {
+            only_for(&d, "nats")?;
+            if d.exchange.is_some() {
+                return refuse("exchange", "applies only to rabbitmq");
+            }
+            if d.routing_key.is_some() {
+                return refuse("routing_key", "applies only to rabbitmq");
+            }
+            let url = check_broker_url(state, &d.url, &["nats"]).await?;
+            let Some(subject) = d.subject else {
+                return refuse("subject", "is required for nats");
+            };
+            check_subject(&subject)?;
+            let credentials = d.credentials.map(credentials_of).transpose()?;
+            if let Some(c) = &credentials
+                && c.token.is_some()
+                && (c.username.is_some() || c.password.is_some())
+            {
+                return refuse(
+                    "credentials.token",
+                    "goes alone: give a token, or a user name and password",
+                );
+            }
+            Ok(Checked {
+                destination: Destination::Nats { url, subject },
+                credentials: credentials.map(Some),
+            })
+        }
+        DestinationType::Redis => {
+            only_for(&d, "redis")?;
+            let url = check_broker_url(state, &d.url, &["redis"]).await?;
+            let db = url::Url::parse(&url)
+                .ok()
+                .map(|u| u.path().trim_start_matches('/').to_owned())
+                .unwrap_or_default();
+            if !db.is_empty() && !db.parse::<u16>().is_ok_and(|n| n < 10_000) {
+                return refuse(
+                    "url",
+                    "must name its database by number (redis://host:port/0)",
+                );
+            }
+            let Some(stream) = d.stream else {
+                return refuse("stream", "is required for redis");
+            };
+            if stream.is_empty() || stream.len() > 1024 || stream.chars().any(char::is_control) {
+                return refuse(
+                    "stream",
+                    "must be 1 to 1024 bytes without control characters",
+                );
+            }
+            if d.max_len.is_some_and(|n| !(1..=1_000_000_000).contains(&n)) {
+                return refuse("max_len", "must be 1–1000000000");
+            }
+            let credentials = d.credentials.map(credentials_of).transpose()?;
+            Ok(Checked {
+                destination: Destination::Redis {
+                    url,
+                    stream,
+                    max_len: d.max_len,
+                },
+                credentials: credentials.map(Some),
+            })
+        }
+    }
+}
+
+/// Refuse the fields of other kinds than `kind`.
+fn only_for(d: &DestinationIn, kind: &str) -> Result<(), Problem> {
+    let given = [
+        ("exchange", d.exchange.is_some(), "rabbitmq"),
+        ("routing_key", d.routing_key.is_some(), "rabbitmq"),
+        ("subject", d.subject.is_some(), "nats"),
+        ("stream", d.stream.is_some(), "redis"),
+        ("max_len", d.max_len.is_some(), "redis"),
+        (
+            "credentials.token",
+            d.credentials.as_ref().is_some_and(|c| c.token.is_some()),
+            "nats",
+        ),
+    ];
+    match given.iter().find(|(_, set, of)| *set && *of != kind) {
+        Some((field, _, of)) => Err(Problem::unprocessable(
+            &format!("destination.{field}"),
+            format!("destination.{field} applies only to {of}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A subject to publish to: dot-separated tokens of printable characters, no wildcards.
+fn check_subject(subject: &str) -> Result<(), Problem> {
+    const FIELD: &str = "destination.subject";
+    let ok = !subject.is_empty()
+        && subject.len() <= 255
+        && subject
+            .split('.')
+            .all(|t| !t.is_empty() && t != "*" && t != ">")
+        && !subject.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(Problem::unprocessable(
+            FIELD,
+            format!(
+                "{FIELD} must be 1 to 255 bytes of dot-separated tokens, without spaces or the \
+                 wildcards * and >"
+            ),
+        ))
+    }
+}
+
+fn credentials_of(c: CredentialsIn) -> Result<DestinationCredentials, Problem> {
+    check_credential("username", c.username.as_deref())?;
+    check_credential("password", c.password.as_deref())?;
+    check_credential("token", c.token.as_deref())?;
+    Ok(DestinationCredentials {
+        username: c.username,
+        password: c.password,
+        token: c.token,
+    })
+}
+
+/// An AMQP short string (an exchange name, a routing key): at most 255 bytes, printable.
+fn check_short(field: &str, value: &str) -> Result<(), Problem> {
+    let field = format!("destination.{field}");
+    check_text(&field, value, 255)?;
+    if value.len() > 255 {
+        return Err(Problem::unprocessable(
+            &field,
+            format!("{field} must be at most 255 bytes"),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Problem::unprocessable(
+            &field,
+            format!("{field} must not contain control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_credential(name: &str, value: Option<&str>) -> Result<(), Problem> {
+    let field = format!("destination.credentials.{name}");
+    match value {
+        Some(v) if v.is_empty() || v.len() > 1024 || v.chars().any(char::is_control) => {
+            Err(Problem::unprocessable(
+                &field,
+                format!("{field} must be 1 to 1024 bytes without control characters"),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A broker URL: one of `schemes`, a host, no credentials (they go in
+/// `destination.credentials`), and a host the egress guard lets through, resolved.
+async fn check_broker_url(
+    state: &AppState,
+    url: &str,
+    schemes: &[&str],
+) -> Result<String, Problem> {
+    const FIELD: &str = "destination.url";
+    let unprocessable = |why: String| Problem::unprocessable(FIELD, why);
+    if url.len() > 2048 || url.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(unprocessable(format!(
+            "{FIELD} must be at most 2048 bytes, without control characters or spaces"
+        )));
+    }
+    let parsed =
+        url::Url::parse(url).map_err(|e| unprocessable(format!("{FIELD} is not a URL: {e}")))?;
+    if !schemes.contains(&parsed.scheme()) {
+        return Err(unprocessable(format!(
+            "{FIELD} must use {} (not {:?})",
+            schemes.join(" or "),
+            parsed.scheme()
+        )));
+    }
+    if parsed.password().is_some() || !parsed.username().is_empty() {
+        // Never echo the URL: it holds the password.
+        return Err(unprocessable(format!(
+            "{FIELD} must not hold a user name or password: put them in destination.credentials, \
+             which is never shown"
+        )));
+    }
+    let checked = state
+        .egress
+        .check_url_of(url, schemes)
+        .map_err(|e| unprocessable(e.to_string()))?;
+    if let Some(url::Host::Domain(host)) = checked.host() {
+        let port = checked
+            .port_or_known_default()
+            .unwrap_or(if checked.scheme() == "nats" {
+                4222
+            } else {
+                5672
+            });
+        state
+            .egress
+            .resolve_checked(host, port)
+            .await
+            .map_err(|e| unprocessable(e.to_string()))?;
+    }
+    Ok(checked.into())
+}

@@ -1,0 +1,246 @@
+//! Broker destinations (RabbitMQ, NATS JetStream, Redis Streams): one signed publish per attempt, delivered only when the broker itself
+//! acknowledges it, under the same deadline, lane and settle path as an HTTP attempt.
+//!
+//! The attempt's result is the HTTP attempt's [`Report`], so admission, the governor, the
+//! breakers, retries and the evidence read a broker exactly as they read a receiver: the
+//! broker's acknowledgement is a `200` (its body says who confirmed), a failure is one of the
+//! broker kinds of [`ErrorKind`] (`unroutable`, `broker_auth`, `broker_not_found`,
+//! `broker_blocked`, `too_large`) or the connection kinds HTTP shares (`connection_refused`,
+//! `timeout_connect`, `timeout_total`).
+//!
+//! Connections are shared per broker address and credentials ([`pool`]), made lazily, bounded
+//! in number, and made again after a failure; each broker has its own slot, so a broker that is
+//! slow to connect holds only the attempts bound for it, each to its own deadline.
+
+mod nats;
+mod pool;
+mod rabbitmq;
+mod redis;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::delivery::{ErrorKind, Failure, Phases, Report, Response, Target};
+use crate::egress::EgressPolicy;
+use crate::model::Destination;
+use crate::signing;
+
+/// Settings of broker connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerSettings {
+    /// Most broker connections held open at once (`--broker-max-connections`, 1–10000); the
+    /// least recently used is closed to make room.
+    pub max_connections: usize,
+}
+
+impl Default for BrokerSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 64,
+        }
+    }
+}
+
+/// What a broker message carries beside its body: the Standard Webhooks headers over the same
+/// bytes, the event type and the endpoint's own headers.
+#[derive(Debug, Clone)]
+pub struct Signed<'a> {
+    /// `webhook-id`: the message id.
+    pub message_id: &'a str,
+    /// `webhook-timestamp`, seconds.
+    pub timestamp_s: i64,
+    /// `webhook-signature`.
+    pub signature: String,
+    /// The event type (`webhook-event-type`).
+    pub event_type: &'a str,
+    /// The body, exactly the bytes signed.
+    pub payload: &'a str,
+}
+
+/// The broker clients of one dispatcher.
+pub struct Brokers {
+    policy: Arc<EgressPolicy>,
+    rabbitmq: rabbitmq::Publisher,
+    nats: nats::Publisher,
+    redis: redis::Publisher,
+}
+
+impl Brokers {
+    /// Broker clients behind `policy`, holding at most `settings.max_connections` of each kind.
+    pub fn new(policy: Arc<EgressPolicy>, settings: BrokerSettings) -> Self {
+        Self {
+            policy,
+            rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
+            nats: nats::Publisher::new(settings.max_connections),
+            redis: redis::Publisher::new(settings.max_connections),
+        }
+    }
+
+    /// Publish `payload` as message `message_id` to `target`'s broker, all of it (the egress
+    /// check, the connection, the publish and its acknowledgement) by `deadline`.
+    pub async fn attempt(
+        &self,
+        target: &Target,
+        message_id: &str,
+        event_type: &str,
+        payload: &str,
+        deadline: Instant,
+    ) -> Report {
+        let started_at_ms = crate::clock::now_ms();
+        let started = Instant::now();
+        let mut phases = Phases::default();
+        let clock = Instant::now();
+        let timestamp_s = started_at_ms / 1000;
+        let signed = Signed {
+            message_id,
+            timestamp_s,
+            signature: signing::signature_header(
+                &target.secrets,
+                message_id,
+                timestamp_s,
+                payload.as_bytes(),
+            ),
+            event_type,
+            payload,
+        };
+        phases.sign = clock.elapsed();
+        let sent = self.publish(target, &signed, deadline, &mut phases);
+        let result = tokio::time::timeout_at(deadline, sent)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Failure {
+                    kind: ErrorKind::TotalTimeout,
+                    message: format!(
+                        "the broker did not acknowledge by the attempt's deadline ({} ms)",
+                        started.elapsed().as_millis()
+                    ),
+                })
+            });
+        Report {
+            started_at_ms,
+            duration: started.elapsed(),
+            result,
+            phases,
+        }
+    }
+
+    async fn publish(
+        &self,
+        target: &Target,
+        signed: &Signed<'_>,
+        deadline: Instant,
+        phases: &mut Phases,
+    ) -> Result<Response, Failure> {
+        let address = self.checked_address(&target.url).await?;
+        match &target.destination {
+            Destination::Rabbitmq {
+                exchange,
+                routing_key,
+                ..
+            } => {
+                let to = rabbitmq::Route {
+                    url: &target.url,
+                    address,
+                    credentials: target.destination_credentials.as_ref(),
+                    endpoint_id: &target.endpoint_id,
+                    exchange,
+                    routing_key,
+                    headers: &target.headers,
+                    connect_timeout: target.timeouts.connect,
+                };
+                self.rabbitmq.publish(&to, signed, deadline, phases).await
+            }
+            Destination::Nats { subject, .. } => {
+                let to = nats::Route {
+                    address,
+                    credentials: target.destination_credentials.as_ref(),
+                    subject,
+                    headers: &target.headers,
+                    connect_timeout: target.timeouts.connect,
+                };
+                self.nats.publish(&to, signed, deadline, phases).await
+            }
+            Destination::Redis {
+                stream, max_len, ..
+            } => {
+                let to = redis::Route {
+                    address,
+                    db: redis_db(&target.url),
+                    credentials: target.destination_credentials.as_ref(),
+                    stream,
+                    max_len: *max_len,
+                    headers: &target.headers,
+                    connect_timeout: target.timeouts.connect,
+                };
+                self.redis.publish(&to, signed, deadline, phases).await
+            }
+            Destination::Http { .. } => Err(Failure {
+                kind: ErrorKind::Other,
+                message: "an HTTP destination is not a broker's".into(),
+            }),
+        }
+    }
+
+    /// The address to connect to: the URL's IP literal, or the first address of its name that
+    /// the egress guard allows (so the connection goes exactly where the check looked).
+    async fn checked_address(&self, url: &url::Url) -> Result<SocketAddr, Failure> {
+        let refused = |e: crate::egress::EgressError| Failure {
+            kind: if e.is_refused() {
+                ErrorKind::Refused
+            } else {
+                ErrorKind::Dns
+            },
+            message: e.to_string(),
+        };
+        let port = url.port().unwrap_or(match url.scheme() {
+            "amqps" => 5671,
+            "nats" | "tls" => 4222,
+            "redis" | "rediss" => 6379,
+            _ => 5672,
+        });
+        match url.host() {
+            Some(url::Host::Ipv4(v4)) => {
+                self.policy.check_ip(IpAddr::V4(v4)).map_err(refused)?;
+                Ok(SocketAddr::new(IpAddr::V4(v4), port))
+            }
+            Some(url::Host::Ipv6(v6)) => {
+                self.policy.check_ip(IpAddr::V6(v6)).map_err(refused)?;
+                Ok(SocketAddr::new(IpAddr::V6(v6), port))
+            }
+            Some(url::Host::Domain(host)) => {
+                let addrs = self
+                    .policy
+                    .resolve_checked(host, port)
+                    .await
+                    .map_err(refused)?;
+                Ok(addrs[0])
+            }
+            None => Err(Failure {
+                kind: ErrorKind::Refused,
+                message: "the broker URL has no host".into(),
+            }),
+        }
+    }
+}
+
+/// The database of a `redis://host:port/db` URL (0 when it names none).
+fn redis_db(url: &url::Url) -> i64 {
+    url.path().trim_start_matches('/').parse().unwrap_or(0)
+}
+
+/// What a broker's acknowledgement is recorded as: a `200` whose body names the broker.
+fn acknowledged(by: &str) -> Response {
+    Response {
+        status: 200,
+        retry_after: None,
+        body: format!("acknowledged by {by}").into_bytes(),
+    }
+}
+
+/// How long a connect may take: its own timeout, within what is left of the attempt.
+fn connect_deadline(deadline: Instant, connect_timeout: Duration) -> Instant {
+    (Instant::now() + connect_timeout).min(deadline)
+}

@@ -1,0 +1,195 @@
+//! NATS JetStream: a publish acknowledged by the stream that captures the subject
+//! (`PublishAck`), with `Nats-Msg-Id` = the message id, so the stream drops a retry of a
+//! message it already has; an ack marked duplicate is that earlier delivery, so it counts as
+//! delivered. A subject no stream captures is `broker_not_found` (sluice creates no streams).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::jetstream;
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::{ConnectErrorKind, ConnectOptions, HeaderMap};
+use tokio::time::Instant;
+
+use super::pool::Pool;
+use super::{Signed, acknowledged, connect_deadline};
+use crate::delivery::{ErrorKind, Failure, Phases, Response};
+use crate::model::DestinationCredentials;
+
+/// Where one message goes.
+pub(super) struct Route<'a> {
+    pub address: SocketAddr,
+    pub credentials: Option<&'a DestinationCredentials>,
+    pub subject: &'a str,
+    pub headers: &'a [(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
+    pub connect_timeout: Duration,
+}
+
+/// One server's connection: its address and credentials.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    address: SocketAddr,
+    username: Option<String>,
+    password: Option<String>,
+    token: Option<String>,
+}
+
+/// JetStream publishing with a bounded cache of connections.
+pub(super) struct Publisher {
+    pool: Pool<Key, async_nats::Client>,
+}
+
+impl Publisher {
+    pub(super) fn new(max_connections: usize) -> Self {
+        Self {
+            pool: Pool::new(max_connections),
+        }
+    }
+
+    pub(super) async fn publish(
+        &self,
+        to: &Route<'_>,
+        signed: &Signed<'_>,
+        deadline: Instant,
+        phases: &mut Phases,
+    ) -> Result<Response, Failure> {
+        let c = to.credentials;
+        let key = Key {
+            address: to.address,
+            username: c.and_then(|c| c.username.clone()),
+            password: c.and_then(|c| c.password.clone()),
+            token: c.and_then(|c| c.token.clone()),
+        };
+        let slot = self.pool.slot(&key);
+        let clock = Instant::now();
+        let connect_by = connect_deadline(deadline, to.connect_timeout);
+        let connecting = slot.get(
+            |client: &async_nats::Client| client.connection_state() == State::Connected,
+            || connect(&key, to.connect_timeout),
+        );
+        let (client, new) = match tokio::time::timeout_at(connect_by, connecting).await {
+            Ok(Ok(got)) => got,
+            Ok(Err(e)) => return Err(connect_failure(&e)),
+            Err(_) => {
+                return Err(Failure {
+                    kind: ErrorKind::ConnectTimeout,
+                    message: format!(
+                        "no NATS connection within {} ms",
+                        clock.elapsed().as_millis()
+                    ),
+                });
+            }
+        };
+        if new {
+            phases.connected = true;
+            phases.connect = clock.elapsed();
+        }
+        let clock = Instant::now();
+        let context = jetstream::new(client);
+        let message = PublishMessage::build()
+            .payload(signed.payload.to_owned().into())
+            .headers(headers(signed, to.headers))
+            .message_id(signed.message_id);
+        let acked = async {
+            context
+                .send_publish(to.subject.to_owned(), message)
+                .await?
+                .await
+        }
+        .await;
+        phases.http = clock.elapsed();
+        match acked {
+            Ok(ack) => Ok(acknowledged(&format!(
+                "NATS JetStream (stream {}, sequence {}{})",
+                ack.stream,
+                ack.sequence,
+                if ack.duplicate {
+                    ", a duplicate of an earlier delivery"
+                } else {
+                    ""
+                }
+            ))),
+            Err(e) => {
+                let kind = match e.kind() {
+                    PublishErrorKind::StreamNotFound => ErrorKind::BrokerNotFound,
+                    PublishErrorKind::TimedOut => ErrorKind::TotalTimeout,
+                    PublishErrorKind::BrokenPipe => ErrorKind::ConnectionReset,
+                    PublishErrorKind::MaxPayloadExceeded => ErrorKind::TooLarge,
+                    // The stream is at its limits: backpressure.
+                    PublishErrorKind::MaxAckPending => ErrorKind::BrokerBlocked,
+                    _ => ErrorKind::Other,
+                };
+                Err(Failure {
+                    kind,
+                    message: format!("NATS JetStream: {e} (subject {:?})", to.subject),
+                })
+            }
+        }
+    }
+}
+
+async fn connect(
+    key: &Key,
+    connect_timeout: Duration,
+) -> Result<async_nats::Client, async_nats::ConnectError> {
+    // Only the address the egress guard checked: never servers the cluster announces.
+    let mut options = ConnectOptions::new()
+        .connection_timeout(connect_timeout)
+        .ignore_discovered_servers()
+        .max_reconnects(1);
+    if let (Some(u), Some(p)) = (&key.username, &key.password) {
+        options = options.user_and_password(u.clone(), p.clone());
+    }
+    if let Some(t) = &key.token {
+        options = options.token(t.clone());
+    }
+    options.connect(format!("nats://{}", key.address)).await
+}
+
+fn connect_failure(e: &async_nats::ConnectError) -> Failure {
+    let kind = match e.kind() {
+        ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
+            ErrorKind::BrokerAuth
+        }
+        ConnectErrorKind::TimedOut => ErrorKind::ConnectTimeout,
+        ConnectErrorKind::Dns => ErrorKind::Dns,
+        ConnectErrorKind::Io => {
+            match std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .map(std::io::Error::kind)
+            {
+                Some(std::io::ErrorKind::ConnectionRefused) | None => ErrorKind::ConnectionRefused,
+                Some(_) => ErrorKind::ConnectionReset,
+            }
+        }
+        _ => ErrorKind::Other,
+    };
+    Failure {
+        kind,
+        message: format!("NATS: {e}"),
+    }
+}
+
+/// The Standard Webhooks headers, the event type and the endpoint's own headers.
+fn headers(
+    signed: &Signed<'_>,
+    own: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
+) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, value) in own {
+        if let Ok(v) = value.to_str() {
+            h.insert(name.as_str(), v);
+        }
+    }
+    h.insert(crate::signing::WEBHOOK_ID, signed.message_id);
+    h.insert(
+        crate::signing::WEBHOOK_TIMESTAMP,
+        signed.timestamp_s.to_string(),
+    );
+    h.insert(crate::signing::WEBHOOK_SIGNATURE, signed.signature.as_str());
+    h.insert("webhook-event-type", signed.event_type);
+    h.insert("content-type", "application/json");
+    h
+}

@@ -1,0 +1,162 @@
+//! Where an endpoint delivers: an HTTP URL (the default) or a message broker, with the broker's
+//! write-only credentials. Delivering to each kind is [`crate::destinations`]' (brokers) and
+//! [`crate::delivery`]'s (HTTP).
+
+use serde::{Deserialize, Serialize};
+
+/// What an endpoint delivers to. Every kind has a `url` (the address the egress guard judges);
+/// the broker kinds add where in the broker the message goes.
+///
+/// Stored as JSON beside the endpoint's `url` column; a row without one (every row written
+/// before destinations existed) is [`Destination::Http`] at its `url`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Destination {
+    /// A signed HTTP POST to `url` (http or https).
+    Http {
+        /// The receiver's URL.
+        url: String,
+    },
+    /// An AMQP 0-9-1 publish (persistent, mandatory, publisher-confirmed).
+    Rabbitmq {
+        /// `amqp://host:port/vhost` or `amqps://…`, without credentials.
+        url: String,
+        /// The exchange published to (`""`: the default exchange, routing by queue name).
+        #[serde(default)]
+        exchange: String,
+        /// The routing key.
+        routing_key: String,
+    },
+    /// A JetStream publish, acknowledged by the stream that captures `subject`.
+    Nats {
+        /// `nats://host:port` or `tls://…`, without credentials.
+        url: String,
+        /// The subject (a stream must capture it; sluice creates none).
+        subject: String,
+    },
+    /// A Redis Streams `XADD`.
+    Redis {
+        /// `redis://host:port/db` or `rediss://…`, without credentials.
+        url: String,
+        /// The stream's key.
+        stream: String,
+        /// Trim the stream to about this many entries (`MAXLEN ~`) on each add.
+        #[serde(default)]
+        max_len: Option<u64>,
+    },
+}
+
+impl Destination {
+    /// The address connected to, whatever the kind.
+    pub fn url(&self) -> &str {
+        match self {
+            Self::Http { url }
+            | Self::Rabbitmq { url, .. }
+            | Self::Nats { url, .. }
+            | Self::Redis { url, .. } => url,
+        }
+    }
+
+    /// `http`, `rabbitmq`, `nats` or `redis`: the API's `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Http { .. } => "http",
+            Self::Rabbitmq { .. } => "rabbitmq",
+            Self::Nats { .. } => "nats",
+            Self::Redis { .. } => "redis",
+        }
+    }
+
+    /// Whether it is a broker (anything but HTTP).
+    pub fn is_broker(&self) -> bool {
+        !matches!(self, Self::Http { .. })
+    }
+
+    /// The stored form: JSON for a broker, NULL for HTTP (whose URL is the `url` column).
+    pub fn to_column(&self) -> Option<String> {
+        self.is_broker()
+            .then(|| serde_json::to_string(self).ok())
+            .flatten()
+    }
+
+    /// From the stored form and the `url` column (NULL or unreadable: HTTP at `url`).
+    pub fn from_column(text: Option<&str>, url: &str) -> Self {
+        text.and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_else(|| Self::Http {
+                url: url.to_owned(),
+            })
+    }
+}
+
+/// A broker's credentials: write-only, never shown, logged or put in an error.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationCredentials {
+    /// User name (RabbitMQ, NATS, Redis ACL).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// A NATS token.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+impl DestinationCredentials {
+    /// The stored form: JSON, or NULL for none.
+    pub fn to_column(c: &Option<Self>) -> Option<String> {
+        c.as_ref().and_then(|c| serde_json::to_string(c).ok())
+    }
+
+    /// From the stored form.
+    pub fn from_column(text: Option<&str>) -> Option<Self> {
+        text.and_then(|t| serde_json::from_str(t).ok())
+    }
+}
+
+impl std::fmt::Debug for DestinationCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "<hidden>");
+        f.debug_struct("DestinationCredentials")
+            .field("username", &self.username)
+            .field("password", &hidden(&self.password))
+            .field("token", &hidden(&self.token))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_is_stored_as_null_and_read_back_from_the_url_column() {
+        let d = Destination::Http {
+            url: "https://example.com/".into(),
+        };
+        assert_eq!(d.to_column(), None);
+        assert_eq!(Destination::from_column(None, "https://example.com/"), d);
+    }
+
+    #[test]
+    fn a_broker_round_trips_through_its_column() {
+        let d = Destination::Rabbitmq {
+            url: "amqp://broker:5672/%2f".into(),
+            exchange: "events".into(),
+            routing_key: "orders".into(),
+        };
+        let col = d.to_column().unwrap();
+        assert_eq!(Destination::from_column(Some(&col), "ignored"), d);
+    }
+
+    #[test]
+    fn credentials_never_show_in_debug() {
+        let c = DestinationCredentials {
+            username: Some("u".into()),
+            password: Some("hunter2".into()),
+            token: Some("tok".into()),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("tok\""));
+    }
+}

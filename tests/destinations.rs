@@ -1,0 +1,17 @@
+//! Broker destinations against real brokers on this machine (RabbitMQ at 127.0.0.1:5672,
+//! guest/guest; NATS with JetStream at 127.0.0.1:4222; Redis at 127.0.0.1:6379): deliveries arrive signed and verifiable by the reference `standardwebhooks`
+//! package, a broker's refusals are failed attempts named by their kind, credentials appear in
+//! no answer, and the API names every bad field. No broker is mocked.
+
+use sluice_testkit as support;
+
+#[path = "destinations/api.rs"]
+mod api;
+#[path = "destinations/blocked.rs"]
+mod blocked;
+#[path = "destinations/nats.rs"]
+mod nats;
+#[path = "destinations/rabbitmq.rs"]
+mod rabbitmq;
+#[path = "destinations/redis.rs"]
+mod redis_streams;

@@ -1,0 +1,245 @@
+//! RabbitMQ at 127.0.0.1:5672 (guest/guest), as `.ci/run` starts it: published persistent,
+//! confirmed, signed; unroutable, missing exchanges and wrong credentials are failed attempts
+//! of their kinds.
+
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties};
+use serde_json::{Value, json};
+
+use super::support::{self, Sluice, eventually, test_settings};
+
+const WAIT: Duration = Duration::from_secs(20);
+pub(super) const BROKER: &str = "amqp://127.0.0.1:5672/%2f";
+
+/// One RabbitMQ test at a time: the blocked-broker test raises a memory alarm that blocks
+/// every publisher of the broker.
+pub(super) fn serial() -> &'static tokio::sync::Mutex<()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    &SERIAL
+}
+
+/// A channel to the test broker, or None (a loud skip) when it is not running and services
+/// are not required.
+pub(super) async fn broker() -> Option<(Connection, Channel)> {
+    match Connection::connect(
+        "amqp://guest:guest@127.0.0.1:5672/%2f",
+        ConnectionProperties::default(),
+    )
+    .await
+    {
+        Ok(conn) => {
+            let channel = conn.create_channel().await.unwrap();
+            Some((conn, channel))
+        }
+        Err(e) => {
+            assert!(
+                !support::services::services_required(),
+                "RabbitMQ is not running at 127.0.0.1:5672: {e}"
+            );
+            eprintln!("SKIPPED: RabbitMQ is not running at 127.0.0.1:5672: {e}");
+            None
+        }
+    }
+}
+
+pub(super) async fn queue(channel: &Channel) -> String {
+    let name = format!("sluice-test-{}", sluice::ids::new_id("q"));
+    channel
+        .queue_declare(
+            name.as_str().into(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    name
+}
+
+async fn endpoint(s: &Sluice, token: &str, destination: Value) -> String {
+    let (status, body) = s
+        .post(
+            token,
+            "/v1/endpoints",
+            json!({ "destination": destination }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+fn rabbitmq(exchange: &str, routing_key: &str, password: &str) -> Value {
+    json!({
+        "type": "rabbitmq", "url": BROKER, "exchange": exchange, "routing_key": routing_key,
+        "credentials": { "username": "guest", "password": password },
+    })
+}
+
+/// The first attempt of the endpoint once there is one.
+pub(super) async fn first_attempt(s: &Sluice, token: &str, id: &str) -> Value {
+    let path = format!("/v1/endpoints/{id}/attempts");
+    assert!(
+        eventually(WAIT, || async {
+            !s.get(token, &path).await.1["data"][0].is_null()
+        })
+        .await,
+        "no attempt in {WAIT:?}"
+    );
+    s.get(token, &path).await.1["data"][0].clone()
+}
+
+fn text(v: Option<&AMQPValue>) -> String {
+    match v {
+        Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        other => panic!("not a long string: {other:?}"),
+    }
+}
+
+pub(super) fn verify(secret: &str, headers: &Value, body: &str) {
+    let Some(python) = support::python_verifier() else {
+        return;
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/verify_standardwebhooks.py"
+    );
+    let input = json!({ "secret": secret, "headers": headers, "body": body });
+    let mut child = std::process::Command::new(python)
+        .arg(script)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "standardwebhooks refused the queue message's signature: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable() {
+    let _serial = serial().lock().await;
+    let Some((_conn, channel)) = broker().await else {
+        return;
+    };
+    let q = queue(&channel).await;
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": rabbitmq("", &q, "guest") }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let message_id = s
+        .send(&token, "order.created", json!({ "order": 42 }))
+        .await;
+
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
+    let got = channel
+        .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the message is in the queue once the attempt is recorded");
+    let props = &got.delivery.properties;
+    assert_eq!(*props.delivery_mode(), Some(2), "persistent");
+    assert_eq!(
+        props.kind().as_ref().map(|k| k.as_str().to_owned()),
+        Some("order.created".into())
+    );
+    let headers = props.headers().clone().unwrap_or_default();
+    let headers = headers.inner();
+    assert_eq!(text(headers.get("webhook-id")), message_id);
+    assert_eq!(text(headers.get("webhook-event-type")), "order.created");
+    let body = String::from_utf8(got.delivery.data.clone()).unwrap();
+    let signed = json!({
+        "webhook-id": text(headers.get("webhook-id")),
+        "webhook-timestamp": text(headers.get("webhook-timestamp")),
+        "webhook-signature": text(headers.get("webhook-signature")),
+    });
+    verify(&secret, &signed, &body);
+    let none = channel
+        .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap();
+    assert!(none.is_none(), "delivered once");
+    channel
+        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_brokers_refusals_are_failed_attempts_of_their_kinds() {
+    let _serial = serial().lock().await;
+    let Some((_conn, _channel)) = broker().await else {
+        return;
+    };
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let unroutable = endpoint(&s, &token, rabbitmq("", "sluice-no-such-queue", "guest")).await;
+    let no_exchange = endpoint(
+        &s,
+        &token,
+        rabbitmq("sluice-no-such-exchange", "q", "guest"),
+    )
+    .await;
+    let wrong = "not-the-password";
+    let bad_login = endpoint(&s, &token, rabbitmq("", "q", wrong)).await;
+    s.send(&token, "order.created", json!({})).await;
+    for (id, kind) in [
+        (&unroutable, "unroutable"),
+        (&no_exchange, "broker_not_found"),
+        (&bad_login, "broker_auth"),
+    ] {
+        let attempt = first_attempt(&s, &token, id).await;
+        assert_eq!(attempt["error_kind"], kind, "{attempt}");
+        assert!(!attempt.to_string().contains(wrong), "{attempt}");
+    }
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth(support::ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for kind in ["unroutable", "broker_not_found", "broker_auth"] {
+        let counted = metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("sluice_attempt_errors_total")
+                    && l.contains(&format!("kind=\"{kind}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        assert!(
+            counted >= 1.0,
+            "sluice_attempt_errors_total counts {kind}: {counted}"
+        );
+    }
+    assert!(!metrics.contains(wrong));
+    s.stop().await;
+}

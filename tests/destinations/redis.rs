@@ -1,0 +1,131 @@
+//! Redis Streams at 127.0.0.1:6379, as `.ci/run` starts it: each test uses its own stream
+//! key. A delivery is one entry, signed and verifiable; a stream that does not exist is
+//! `broker_not_found` (sluice adds with `NOMKSTREAM`); a refused login is `broker_auth`.
+
+use serde_json::{Value, json};
+
+use super::rabbitmq::{first_attempt, verify};
+use super::support::{self, Sluice, test_settings};
+
+const REDIS: &str = "redis://127.0.0.1:6379/0";
+
+async fn redis() -> Option<redis::aio::MultiplexedConnection> {
+    let url = support::redis_url()?;
+    let client = redis::Client::open(url).unwrap();
+    Some(client.get_multiplexed_async_connection().await.unwrap())
+}
+
+/// A fresh, existing, empty stream.
+async fn stream(conn: &mut redis::aio::MultiplexedConnection) -> String {
+    let key = format!("sluice-test-{}", sluice::ids::new_id("st"));
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("readers")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query_async(conn)
+        .await
+        .unwrap();
+    key
+}
+
+type Entry = (String, Vec<(String, String)>);
+
+fn field(entry: &Entry, name: &str) -> String {
+    entry
+        .1
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {name} field"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_is_one_signed_entry_of_the_stream() {
+    let Some(mut conn) = redis().await else {
+        return;
+    };
+    let key = stream(&mut conn).await;
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "redis", "url": REDIS, "stream": key, "max_len": 1000 } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["destination"]["stream"], key.as_str());
+    assert_eq!(created["destination"]["max_len"], 1000);
+    let id = created["id"].as_str().unwrap().to_owned();
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let message_id = s.send(&token, "order.created", json!({ "order": 9 })).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
+
+    let entries: Vec<Entry> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let e = &entries[0];
+    assert_eq!(field(e, "webhook-id"), message_id);
+    assert_eq!(field(e, "webhook-event-type"), "order.created");
+    let signed = json!({
+        "webhook-id": field(e, "webhook-id"),
+        "webhook-timestamp": field(e, "webhook-timestamp"),
+        "webhook-signature": field(e, "webhook-signature"),
+    });
+    verify(&secret, &signed, &field(e, "body"));
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_stream_and_a_refused_login_are_failed_attempts_of_their_kinds() {
+    let Some(_conn) = redis().await else {
+        return;
+    };
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let wrong = "not-the-redis-password";
+    let missing = format!("sluice-test-missing-{}", sluice::ids::new_id("st"));
+    let mut ids = Vec::new();
+    for (destination, kind) in [
+        (
+            json!({ "type": "redis", "url": REDIS, "stream": missing }),
+            "broker_not_found",
+        ),
+        (
+            json!({ "type": "redis", "url": REDIS, "stream": "any",
+                "credentials": { "username": "nobody", "password": wrong } }),
+            "broker_auth",
+        ),
+    ] {
+        let (status, created) = s
+            .post(
+                &token,
+                "/v1/endpoints",
+                json!({ "destination": destination }),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+        ids.push((created["id"].as_str().unwrap().to_owned(), kind));
+    }
+    s.send(&token, "order.created", json!({})).await;
+    for (id, kind) in ids {
+        let attempt = first_attempt(&s, &token, &id).await;
+        assert_eq!(attempt["error_kind"], kind, "{attempt}");
+        assert!(!attempt.to_string().contains(wrong), "{attempt}");
+    }
+    s.stop().await;
+}
