@@ -1,7 +1,8 @@
 //! The fleet's report: the baseline beside the fleet, the lane, loss and duplicates, the
 //! leases of the SIGTERM'd dispatcher, `/v1/scale`, Redis down, saturation; and the chart.
 
-use super::run::{Observed, OneProcess};
+use super::baseline::OneProcess;
+use super::run::Observed;
 use super::verdicts::{Tally, drain_counts, lag, steady_window, tally};
 use super::{DISPATCHERS, HEALTHY, PHASES, Plan, SLOW, Sizes, heartbeat, round};
 use crate::chart::{Line, Panel};

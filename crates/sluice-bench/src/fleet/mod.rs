@@ -17,10 +17,12 @@
 //! process's.
 //!
 //! # Layout
-//! - [`run`](mod@run): the baseline process, the fleet, the load and its events, what was observed;
+//! - [`run`](mod@run): the fleet, the load and its events, what was observed;
+//! - [`baseline`]: the same load on one process, what the fleet is compared with;
 //! - [`verdicts`]: loss and duplicates, the `/v1/scale` lag, drain counts (pure, unit-tested);
 //! - [`figures`]: the report and the chart.
 
+mod baseline;
 mod figures;
 mod run;
 mod verdicts;

@@ -27,17 +27,20 @@
 //!   from that long before a database freeze or restart until 1 s after its end; those cut an
 //!   attempt off from its settle, and the delivery comes back when its lease expires. A
 //!   SIGTERM, an API kill or a Redis kill explains none;
-//! - **tails**: each fault's tail is back to baseline within twice its length (see [`verdicts::tail`]).
+//! - **tails**: each fault's tail is back to baseline within twice its length (see
+//!   [`verdicts::tail`]).
 //!
 //! A smoke run fails on the first three only (the others are timing claims).
 //!
 //! # Layout
 //! - [`schedule`]: the kinds of fault and the seeded schedule (pure);
+//! - [`rig`]: the fleet's processes, Redis and the proxy, each fault inflicted and undone;
 //! - [`run`](mod@run): the fleet, the load through the schedule, the drain, what was observed;
 //! - [`verdicts`]: tails, late requests, explained duplicates (pure, unit-tested);
 //! - [`figures`](mod@figures): the report and the chart.
 
 mod figures;
+mod rig;
 mod run;
 mod schedule;
 mod verdicts;
