@@ -215,6 +215,10 @@ async fn the_brokers_refusals_are_failed_attempts_of_their_kinds() {
         let attempt = first_attempt(&s, &token, id).await;
         assert_eq!(attempt["error_kind"], kind, "{attempt}");
         assert!(!attempt.to_string().contains(wrong), "{attempt}");
+        let (_, status) = s.get(&token, &format!("/v1/endpoints/{id}/status")).await;
+        let sentence = status["sentence"].as_str().unwrap_or_default();
+        assert!(sentence.contains("refused by the broker"), "{sentence}");
+        assert!(!status.to_string().contains(wrong), "{status}");
     }
     let metrics = s
         .http
