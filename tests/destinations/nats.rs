@@ -48,10 +48,31 @@ fn header(h: &async_nats::HeaderMap, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated() {
+    a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on(test_settings()).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on(
+        sluice::config::RawSettings {
+            database_url: Some(url),
+            ..test_settings()
+        },
+    )
+    .await;
+}
+
+async fn a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on(
+    settings: sluice::config::RawSettings,
+) {
     let Some((js, name, prefix)) = stream().await else {
         return;
     };
-    let s = Sluice::start(test_settings()).await;
+    let s = Sluice::start(settings).await;
     let (_, token) = s.tenant("acme").await;
     let subject = format!("{prefix}.orders");
     let (status, created) = s

@@ -132,12 +132,31 @@ pub(super) fn verify(secret: &str, headers: &Value, body: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable() {
+    a_delivered_message_is_in_the_queue_persistent_and_verifiable_on(test_settings()).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    a_delivered_message_is_in_the_queue_persistent_and_verifiable_on(sluice::config::RawSettings {
+        database_url: Some(url),
+        ..test_settings()
+    })
+    .await;
+}
+
+async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable_on(
+    settings: sluice::config::RawSettings,
+) {
     let _serial = serial().lock().await;
     let Some((_conn, channel)) = broker().await else {
         return;
     };
     let q = queue(&channel).await;
-    let s = Sluice::start(test_settings()).await;
+    let s = Sluice::start(settings).await;
     let (_, token) = s.tenant("acme").await;
     let (status, created) = s
         .post(
