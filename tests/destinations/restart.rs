@@ -1,11 +1,11 @@
-//! RabbitMQ stopped and started mid-stream (`rabbitmqctl stop_app`, `start_app`): attempts
-//! while it is down fail (`connection_refused`, `connection_reset`) and are retried, the
-//! connection is made again, and every message arrives: nothing lost, duplicates only of
-//! attempts that were never acknowledged.
+//! RabbitMQ stopped and started mid-stream (`rabbitmqctl stop_app`, `start_app`) under a FIFO
+//! endpoint: attempts while it is down fail (`connection_refused`, `connection_reset`) and are
+//! retried, the connection is made again, and every message arrives in acceptance order:
+//! nothing lost, duplicates only of attempts that were never acknowledged.
 
 use std::time::Duration;
 
-use lapin::options::QueueDeclareOptions;
+use lapin::options::{BasicGetOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use serde_json::json;
 
@@ -34,7 +34,7 @@ impl Drop for Stopped {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_restart_loses_nothing() {
+async fn a_broker_restart_loses_nothing_and_keeps_fifo_order() {
     let _serial = serial().lock().await;
     let Some((_conn, channel)) = broker().await else {
         return;
@@ -51,7 +51,10 @@ async fn a_broker_restart_loses_nothing() {
         .post(
             &token,
             "/v1/endpoints",
-            json!({ "destination": { "type": "rabbitmq", "url": BROKER, "routing_key": q } }),
+            json!({
+                "destination": { "type": "rabbitmq", "url": BROKER, "routing_key": q },
+                "ordering": "fifo",
+            }),
         )
         .await;
     assert_eq!(status, 201, "{body}");
