@@ -107,5 +107,20 @@ async fn a_broker_restart_loses_nothing_and_keeps_fifo_order() {
         "{} for {failed} failures",
         count().await
     );
+
+    // In acceptance order (a repeat of an unacknowledged attempt is skipped).
+    let mut seen = Vec::new();
+    while let Some(m) = channel
+        .basic_get(q.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+    {
+        let body: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+        let n = body["n"].as_u64().unwrap();
+        if !seen.contains(&n) {
+            seen.push(n);
+        }
+    }
+    assert_eq!(seen, (0..10).collect::<Vec<_>>(), "FIFO across the restart");
     s.stop().await;
 }
