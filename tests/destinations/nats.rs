@@ -173,3 +173,40 @@ async fn no_stream_and_nothing_listening_are_failed_attempts_of_their_kinds() {
     js.delete_stream(&name).await.unwrap();
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_servers_max_payload_is_too_large() {
+    let Some((js, name, prefix)) = stream().await else {
+        return;
+    };
+    // NATS refuses more than its max_payload (1 MiB by default); sluice accepts 2 MiB here.
+    let s = Sluice::start(sluice::config::RawSettings {
+        max_payload_bytes: Some(2 * 1024 * 1024),
+        ..test_settings()
+    })
+    .await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "nats", "url": NATS, "subject": format!("{prefix}.big") } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    s.send(
+        &token,
+        "order.created",
+        json!({ "blob": "x".repeat(1_200_000) }),
+    )
+    .await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(
+        attempt["error_kind"], "too_large",
+        "{}",
+        attempt["error_kind"]
+    );
+    js.delete_stream(&name).await.unwrap();
+    s.stop().await;
+}
