@@ -225,11 +225,15 @@ async fn the_brokers_refusals_are_failed_attempts_of_their_kinds() {
     .await;
     let wrong = "not-the-password";
     let bad_login = endpoint(&s, &token, rabbitmq("", "q", wrong)).await;
+    let mut no_vhost_dest = rabbitmq("", "q", "guest");
+    no_vhost_dest["url"] = json!("amqp://127.0.0.1:5672/sluice-no-such-vhost");
+    let no_vhost = endpoint(&s, &token, no_vhost_dest).await;
     s.send(&token, "order.created", json!({})).await;
     for (id, kind) in [
         (&unroutable, "unroutable"),
         (&no_exchange, "broker_not_found"),
         (&bad_login, "broker_auth"),
+        (&no_vhost, "broker_not_found"),
     ] {
         let attempt = first_attempt(&s, &token, id).await;
         assert_eq!(attempt["error_kind"], kind, "{attempt}");
