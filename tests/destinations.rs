@@ -15,3 +15,5 @@ mod nats;
 mod rabbitmq;
 #[path = "destinations/redis.rs"]
 mod redis_streams;
+#[path = "destinations/restart.rs"]
+mod restart;

@@ -21,6 +21,9 @@ use super::{Signed, acknowledged, connect_deadline};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
 
+/// Most channels kept open on one connection (one per endpoint publishing there).
+const MAX_CHANNELS: usize = 1024;
+
 /// Where one message goes.
 pub(super) struct Route<'a> {
     pub url: &'a url::Url,
@@ -168,7 +171,22 @@ impl Amqp {
         }
         let c = self.conn.create_channel().await?;
         c.confirm_select(ConfirmSelectOptions::default()).await?;
-        self.lock().insert(endpoint_id.to_owned(), c.clone());
+        let evicted = {
+            let mut channels = self.lock();
+            // Within the broker's channel limit (2047 by default): an endpoint's channel is
+            // made again when it next publishes.
+            let evicted = (channels.len() >= MAX_CHANNELS)
+                .then(|| channels.keys().next().cloned())
+                .flatten()
+                .and_then(|k| channels.remove(&k));
+            channels.insert(endpoint_id.to_owned(), c.clone());
+            evicted
+        };
+        if let Some(old) = evicted {
+            tokio::spawn(async move {
+                let _ = old.close(200, "sluice: channel cache full".into()).await;
+            });
+        }
         Ok(c)
     }
 

@@ -1,6 +1,7 @@
 //! How an attempt ended, as the evidence tells a customer: delivered, or failed in one of the
 //! ways that call for different remedies (nothing listening, too slow, a server error, asking
-//! us to slow down, a certificate or TLS handshake problem, no OAuth2 token, anything else).
+//! us to slow down, a certificate or TLS handshake problem, no OAuth2 token, a broker blocking
+//! publishers or refusing the message, anything else).
 
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -32,6 +33,11 @@ pub enum AttemptKind {
     TlsTimeout,
     /// Its OAuth2 token endpoint gave no token.
     Token,
+    /// A broker is blocking publishers or is at its limits (backpressure).
+    BrokerBlocked,
+    /// A broker refused the message: unroutable, no such exchange or stream, credentials
+    /// refused, too large.
+    BrokerRefused,
     /// Anything else: a 3xx or 4xx answer, a reset, DNS, a refused destination.
     Other,
 }
@@ -55,8 +61,10 @@ impl AttemptKind {
             (None, Some("tls_handshake" | "tls")) => Self::TlsHandshake,
             (None, Some("tls_timeout")) => Self::TlsTimeout,
             (None, Some("token_endpoint" | "token_too_large")) => Self::Token,
-            // A broker blocking publishers is asking us to slow down, as a 429 does.
-            (None, Some("broker_blocked")) => Self::Throttled,
+            (None, Some("broker_blocked")) => Self::BrokerBlocked,
+            (None, Some("unroutable" | "broker_auth" | "broker_not_found" | "too_large")) => {
+                Self::BrokerRefused
+            }
             (None, _) => Self::Other,
         }
     }
@@ -87,6 +95,11 @@ pub struct FailureCounts {
     pub tls_timeout: u32,
     /// No OAuth2 token from the token endpoint.
     pub token: u32,
+    /// A broker blocking publishers or at its limits.
+    pub broker_blocked: u32,
+    /// A broker refusing the message (unroutable, no such exchange or stream, credentials,
+    /// size).
+    pub broker_refused: u32,
     /// Every other failure (3xx and 4xx answers, resets, DNS, refused destinations).
     pub other: u32,
 }
@@ -107,13 +120,15 @@ impl FailureCounts {
             AttemptKind::TlsHandshake => &mut self.tls_handshake,
             AttemptKind::TlsTimeout => &mut self.tls_timeout,
             AttemptKind::Token => &mut self.token,
+            AttemptKind::BrokerBlocked => &mut self.broker_blocked,
+            AttemptKind::BrokerRefused => &mut self.broker_refused,
             AttemptKind::Other => &mut self.other,
         };
         *slot = slot.saturating_add(1);
     }
 
     /// Each count with the words that tell it, in the order equal counts are told.
-    fn told(&self) -> [(u32, &'static str); 12] {
+    fn told(&self) -> [(u32, &'static str); 14] {
         [
             (self.refused, "refused the connection"),
             (self.timed_out, "timed out"),
@@ -141,6 +156,15 @@ impl FailureCounts {
                 self.token,
                 "got no OAuth2 token (the token endpoint failed)",
             ),
+            (
+                self.broker_blocked,
+                "found the broker blocking publishers or at its limits",
+            ),
+            (
+                self.broker_refused,
+                "were refused by the broker (unroutable, no such exchange or stream, \
+                 credentials, size)",
+            ),
             (self.other, "failed otherwise (3xx or 4xx, reset or DNS)"),
         ]
     }
@@ -159,6 +183,8 @@ impl FailureCounts {
             (&mut self.tls_handshake, other.tls_handshake),
             (&mut self.tls_timeout, other.tls_timeout),
             (&mut self.token, other.token),
+            (&mut self.broker_blocked, other.broker_blocked),
+            (&mut self.broker_refused, other.broker_refused),
             (&mut self.other, other.other),
         ] {
             *mine = mine.saturating_add(theirs);

@@ -48,10 +48,31 @@ fn header(h: &async_nats::HeaderMap, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated() {
+    a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on(test_settings()).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on(
+        sluice::config::RawSettings {
+            database_url: Some(url),
+            ..test_settings()
+        },
+    )
+    .await;
+}
+
+async fn a_delivery_is_in_the_stream_once_signed_and_a_resend_is_deduplicated_on(
+    settings: sluice::config::RawSettings,
+) {
     let Some((js, name, prefix)) = stream().await else {
         return;
     };
-    let s = Sluice::start(test_settings()).await;
+    let s = Sluice::start(settings).await;
     let (_, token) = s.tenant("acme").await;
     let subject = format!("{prefix}.orders");
     let (status, created) = s
@@ -149,6 +170,43 @@ async fn no_stream_and_nothing_listening_are_failed_attempts_of_their_kinds() {
         assert_eq!(attempt["error_kind"], kind, "{attempt}");
         assert!(!attempt.to_string().contains("s3cret-token"));
     }
+    js.delete_stream(&name).await.unwrap();
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_servers_max_payload_is_too_large() {
+    let Some((js, name, prefix)) = stream().await else {
+        return;
+    };
+    // NATS refuses more than its max_payload (1 MiB by default); sluice accepts 2 MiB here.
+    let s = Sluice::start(sluice::config::RawSettings {
+        max_payload_bytes: Some(2 * 1024 * 1024),
+        ..test_settings()
+    })
+    .await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "nats", "url": NATS, "subject": format!("{prefix}.big") } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    s.send(
+        &token,
+        "order.created",
+        json!({ "blob": "x".repeat(1_200_000) }),
+    )
+    .await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(
+        attempt["error_kind"], "too_large",
+        "{}",
+        attempt["error_kind"]
+    );
     js.delete_stream(&name).await.unwrap();
     s.stop().await;
 }

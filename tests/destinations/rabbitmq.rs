@@ -132,12 +132,31 @@ pub(super) fn verify(secret: &str, headers: &Value, body: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable() {
+    a_delivered_message_is_in_the_queue_persistent_and_verifiable_on(test_settings()).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    a_delivered_message_is_in_the_queue_persistent_and_verifiable_on(sluice::config::RawSettings {
+        database_url: Some(url),
+        ..test_settings()
+    })
+    .await;
+}
+
+async fn a_delivered_message_is_in_the_queue_persistent_and_verifiable_on(
+    settings: sluice::config::RawSettings,
+) {
     let _serial = serial().lock().await;
     let Some((_conn, channel)) = broker().await else {
         return;
     };
     let q = queue(&channel).await;
-    let s = Sluice::start(test_settings()).await;
+    let s = Sluice::start(settings).await;
     let (_, token) = s.tenant("acme").await;
     let (status, created) = s
         .post(
@@ -206,15 +225,23 @@ async fn the_brokers_refusals_are_failed_attempts_of_their_kinds() {
     .await;
     let wrong = "not-the-password";
     let bad_login = endpoint(&s, &token, rabbitmq("", "q", wrong)).await;
+    let mut no_vhost_dest = rabbitmq("", "q", "guest");
+    no_vhost_dest["url"] = json!("amqp://127.0.0.1:5672/sluice-no-such-vhost");
+    let no_vhost = endpoint(&s, &token, no_vhost_dest).await;
     s.send(&token, "order.created", json!({})).await;
     for (id, kind) in [
         (&unroutable, "unroutable"),
         (&no_exchange, "broker_not_found"),
         (&bad_login, "broker_auth"),
+        (&no_vhost, "broker_not_found"),
     ] {
         let attempt = first_attempt(&s, &token, id).await;
         assert_eq!(attempt["error_kind"], kind, "{attempt}");
         assert!(!attempt.to_string().contains(wrong), "{attempt}");
+        let (_, status) = s.get(&token, &format!("/v1/endpoints/{id}/status")).await;
+        let sentence = status["sentence"].as_str().unwrap_or_default();
+        assert!(sentence.contains("refused by the broker"), "{sentence}");
+        assert!(!status.to_string().contains(wrong), "{status}");
     }
     let metrics = s
         .http
@@ -241,5 +268,78 @@ async fn the_brokers_refusals_are_failed_attempts_of_their_kinds() {
         );
     }
     assert!(!metrics.contains(wrong));
+    s.stop().await;
+}
+
+/// A "broker" that accepts connections and never answers the AMQP handshake holds only the
+/// attempts bound for it, each to its connect timeout: a healthy broker's endpoint beside it
+/// keeps delivering at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_never_answers_holds_only_its_own_attempts() {
+    let _serial = serial().lock().await;
+    let Some((_conn, channel)) = broker().await else {
+        return;
+    };
+    let q = queue(&channel).await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            kept.push(socket);
+        }
+    });
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, body) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({
+                "destination": { "type": "rabbitmq", "url": format!("amqp://127.0.0.1:{port}/%2f"), "routing_key": "q" },
+                "connect_timeout_ms": 1000,
+                "total_timeout_ms": 2000,
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let stuck = body["id"].as_str().unwrap().to_owned();
+    endpoint(&s, &token, rabbitmq("", &q, "guest")).await;
+    let started = std::time::Instant::now();
+    for n in 0..5 {
+        s.send(&token, "order.created", json!({ "n": n })).await;
+    }
+    let count = || async {
+        channel
+            .queue_declare(
+                q.as_str().into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map(|q| q.message_count())
+            .unwrap_or(0)
+    };
+    assert!(eventually(Duration::from_secs(10), || async { count().await >= 5 }).await);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the healthy broker's deliveries did not wait for the silent one: {:?}",
+        started.elapsed()
+    );
+    let attempt = first_attempt(&s, &token, &stuck).await;
+    assert_eq!(attempt["error_kind"], "timeout_connect", "{attempt}");
+    assert!(
+        attempt["duration_ms"].as_u64().unwrap() < 1_500,
+        "{attempt}"
+    );
+    held.abort();
+    channel
+        .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+        .await
+        .unwrap();
     s.stop().await;
 }

@@ -43,11 +43,28 @@ fn field(entry: &Entry, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_is_one_signed_entry_of_the_stream() {
+    a_delivery_is_one_signed_entry_of_the_stream_on(test_settings()).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_is_one_signed_entry_of_the_stream_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    a_delivery_is_one_signed_entry_of_the_stream_on(sluice::config::RawSettings {
+        database_url: Some(url),
+        ..test_settings()
+    })
+    .await;
+}
+
+async fn a_delivery_is_one_signed_entry_of_the_stream_on(settings: sluice::config::RawSettings) {
     let Some(mut conn) = redis().await else {
         return;
     };
     let key = stream(&mut conn).await;
-    let s = Sluice::start(test_settings()).await;
+    let s = Sluice::start(settings).await;
     let (_, token) = s.tenant("acme").await;
     let (status, created) = s
         .post(
