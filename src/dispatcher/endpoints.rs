@@ -198,9 +198,12 @@ impl Endpoints {
         }
     }
 
-    /// Is this runtime's configuration older than [`CONFIG_TTL`]?
+    /// Is this runtime's configuration expired ([`invalidate`](Self::invalidate)) or older than
+    /// [`CONFIG_TTL`]? An expired one reads 0, which the age alone would not show as stale
+    /// during the registry's first [`CONFIG_TTL`].
     fn stale(&self, rt: &Runtime) -> bool {
-        self.now_ms().saturating_sub(rt.loaded_at_ms()) >= CONFIG_TTL.as_millis() as u64
+        let loaded_at = rt.loaded_at_ms();
+        loaded_at == 0 || self.now_ms().saturating_sub(loaded_at) >= CONFIG_TTL.as_millis() as u64
     }
 
     /// The endpoint, with its configuration refreshed from the store when stale.
