@@ -118,6 +118,9 @@ async fn check_endpoint_crud(store: SharedStore) {
 
     let mut changed = e.clone();
     changed.url = "https://example.org/v2".into();
+    changed.destination = sluice::model::Destination::Http {
+        url: changed.url.clone(),
+    };
     changed.event_types = vec!["order.created".into()];
     changed.lane_size = None;
     changed.headers = std::collections::BTreeMap::from([("x-region".into(), "eu".into())]);
