@@ -131,11 +131,14 @@ pub(super) async fn run(
     };
     ctx.metrics.in_flight.inc();
     // A broker gets the same admission, deadline and settle path; only the attempt differs.
+    // Its future is boxed: inline, the broker clients' state would size every delivery task.
     let report = if target.destination.is_broker() {
-        ctx.brokers
-            .attempt(target, &d.message_id, &d.event_type, &d.payload, deadline)
-            .instrument(tracing::debug_span!("publish"))
-            .await
+        Box::pin(
+            ctx.brokers
+                .attempt(target, &d.message_id, &d.event_type, &d.payload, deadline)
+                .instrument(tracing::debug_span!("publish")),
+        )
+        .await
     } else {
         ctx.clients
             .attempt(target, &d.message_id, &d.payload, deadline)
