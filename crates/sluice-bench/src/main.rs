@@ -23,7 +23,8 @@
 //!   load), `verdicts.rs` (pure judgements over the numbers collected, unit-tested) and
 //!   `figures.rs` (the report): [`soak`] (and its fault `schedule`), [`fleet`], [`replay`],
 //!   [`tenants`], [`hostile`] (and its `token_answer`), [`history`] (and its `fill`), [`scale`]
-//!   (reports, judges nothing; its `burst` is `history`'s too). The small ones are a file each:
+//!   (reports, judges nothing; its `burst` is `history`'s and `destinations`' too),
+//!   [`destinations`] (and its broker `consumers`). The small ones are a file each:
 //!   [`throughput`], [`slow_consumer`], [`dead_endpoint`], [`throttled`], [`flood`], [`tls`],
 //!   [`rate_limited`], [`fifo`], [`drain`], [`backlog`], [`saturation`].
 //! - [`procs`]: the `sluice serve` processes of a fleet, or a lone one (their flags from the
@@ -36,6 +37,7 @@ mod backlog;
 mod chart;
 mod compare;
 mod dead_endpoint;
+mod destinations;
 mod drain;
 mod fifo;
 mod fleet;
@@ -126,6 +128,10 @@ pub enum Scenario {
     /// messages spread over 30 days, and into the same while the retention purge runs:
     /// throughput, claim time, store CPU and table sizes against the empty store's.
     History,
+    /// The standard burst (20,000 messages) to one endpoint of each destination kind: a
+    /// loopback HTTP receiver, RabbitMQ, NATS JetStream and Redis Streams on 127.0.0.1:
+    /// deliveries/s, latency and the broker's acknowledgement time, each broker against HTTP.
+    Destinations,
 }
 
 impl Scenario {
@@ -147,6 +153,7 @@ impl Scenario {
             Scenario::Tls => "tls",
             Scenario::Soak => "soak",
             Scenario::History => "history",
+            Scenario::Destinations => "destinations",
         }
     }
 }
@@ -379,6 +386,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Tls => tls::run(&args).await?,
         Scenario::Soak => soak::run(&args).await?,
         Scenario::History => history::run(&args).await?,
+        Scenario::Destinations => destinations::run(&args).await?,
     };
     if args.json {
         println!("{}", report.json());
