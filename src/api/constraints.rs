@@ -154,6 +154,11 @@ fn body_rules(limits: &Limits) -> Vec<(&'static str, &'static str, Value)> {
             "burst",
             json!({ "minimum": 1, "maximum": MAX_BURST }),
         ),
+        (
+            "DestinationIn",
+            "max_len",
+            json!({ "minimum": 1, "maximum": super::endpoints::destination::MAX_LEN_MOST }),
+        ),
         ("OperationalWebhook", "url", url),
         ("OperationalWebhook", "description", description),
         (

@@ -64,6 +64,14 @@ async fn destinations_are_checked_field_by_field_and_credentials_are_write_only(
             "destination.max_len",
         ),
         (
+            json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/0", "stream": "s", "max_len": 1.5 } }),
+            "destination.max_len",
+        ),
+        (
+            json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/0", "stream": "s", "max_len": 1_000_000_001u64 } }),
+            "destination.max_len",
+        ),
+        (
             json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/x", "stream": "s" } }),
             "destination.url",
         ),
@@ -94,6 +102,15 @@ async fn destinations_are_checked_field_by_field_and_credentials_are_write_only(
         assert_eq!(problem["field"], field, "{body} -> {problem}");
         assert!(!problem.to_string().contains("hunter2"), "{problem}");
     }
+    // A whole number written as a float (as JavaScript clients send it) is that number.
+    let (status, made) = create(
+        &s,
+        &token,
+        json!({ "destination": { "type": "redis", "url": "redis://127.0.0.1:6379/0", "stream": "s", "max_len": 1000.0 } }),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["destination"]["max_len"], 1000, "{made}");
     let (_, problem) = create(
         &s,
         &token,

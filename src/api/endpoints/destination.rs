@@ -12,6 +12,9 @@ use crate::model::{Destination, DestinationCredentials};
 use crate::web::problem::Problem;
 
 /// The destination kinds this sluice delivers to.
+/// The most entries a Redis destination may trim its stream to (`max_len`).
+pub(crate) const MAX_LEN_MOST: u32 = 1_000_000_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DestinationType {
@@ -52,8 +55,8 @@ pub struct DestinationIn {
     pub stream: Option<String>,
     /// `redis`: trim the stream to about this many entries on each add (`MAXLEN ~`),
     /// 1–1000000000; omitted: no trimming.
-    #[serde(default)]
-    pub max_len: Option<u64>,
+    #[serde(default, deserialize_with = "crate::api::whole::option")]
+    pub max_len: Option<u32>,
     /// The broker's credentials: write-only, never shown. On a PATCH, left out keeps the
     /// stored ones when the type is unchanged.
     #[serde(default)]
@@ -214,7 +217,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
                     "must be 1 to 1024 bytes without control characters",
                 );
             }
-            if d.max_len.is_some_and(|n| !(1..=1_000_000_000).contains(&n)) {
+            if d.max_len.is_some_and(|n| !(1..=MAX_LEN_MOST).contains(&n)) {
                 return refuse("max_len", "must be 1–1000000000");
             }
             let credentials = d.credentials.map(credentials_of).transpose()?;
@@ -222,7 +225,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
                 destination: Destination::Redis {
                     url,
                     stream,
-                    max_len: d.max_len,
+                    max_len: d.max_len.map(u64::from),
                 },
                 credentials: credentials.map(Some),
             })
