@@ -19,7 +19,6 @@ mod redis;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -238,9 +237,4 @@ fn acknowledged(by: &str) -> Response {
         retry_after: None,
         body: format!("acknowledged by {by}").into_bytes(),
     }
-}
-
-/// How long a connect may take: its own timeout, within what is left of the attempt.
-fn connect_deadline(deadline: Instant, connect_timeout: Duration) -> Instant {
-    (Instant::now() + connect_timeout).min(deadline)
 }

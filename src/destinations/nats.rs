@@ -14,7 +14,7 @@ use async_nats::{ConnectErrorKind, ConnectOptions, HeaderMap};
 use tokio::time::Instant;
 
 use super::pool::Pool;
-use super::{Signed, acknowledged, connect_deadline};
+use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
 
@@ -63,29 +63,17 @@ impl Publisher {
             token: c.and_then(|c| c.token.clone()),
         };
         let slot = self.pool.slot(&key);
-        let clock = Instant::now();
-        let connect_by = connect_deadline(deadline, to.connect_timeout);
-        let connecting = slot.get(
-            |client: &async_nats::Client| client.connection_state() == State::Connected,
-            || connect(&key, to.connect_timeout),
-        );
-        let (client, new) = match tokio::time::timeout_at(connect_by, connecting).await {
-            Ok(Ok(got)) => got,
-            Ok(Err(e)) => return Err(connect_failure(&e)),
-            Err(_) => {
-                return Err(Failure {
-                    kind: ErrorKind::ConnectTimeout,
-                    message: format!(
-                        "no NATS connection within {} ms",
-                        clock.elapsed().as_millis()
-                    ),
-                });
-            }
-        };
-        if new {
-            phases.connected = true;
-            phases.connect = clock.elapsed();
-        }
+        let client = slot
+            .get_within(
+                "NATS",
+                deadline,
+                to.connect_timeout,
+                phases,
+                |client: &async_nats::Client| client.connection_state() == State::Connected,
+                || connect(&key, to.connect_timeout),
+                connect_failure,
+            )
+            .await?;
         let clock = Instant::now();
         let context = jetstream::new(client);
         let message = PublishMessage::build()

@@ -8,7 +8,11 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use tokio::time::Instant;
+
+use crate::delivery::{ErrorKind, Failure, Phases};
 
 /// One broker's connection, made at most once at a time.
 pub(super) struct Slot<C> {
@@ -35,6 +39,46 @@ impl<C: Clone> Slot<C> {
         let c = connect().await?;
         *held = Some(c.clone());
         Ok((c, true))
+    }
+
+    /// [`Self::get`] within the connect deadline (`connect_timeout`, within what is left of
+    /// the attempt before `deadline`): a new connection's time is the attempt's connect phase,
+    /// a failure to connect is `failure(e)`, and no connection in time is `timeout_connect`
+    /// naming `broker`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn get_within<E, F, Fut>(
+        &self,
+        broker: &str,
+        deadline: Instant,
+        connect_timeout: Duration,
+        phases: &mut Phases,
+        alive: impl Fn(&C) -> bool,
+        connect: F,
+        failure: impl FnOnce(&E) -> Failure,
+    ) -> Result<C, Failure>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<C, E>>,
+    {
+        let clock = Instant::now();
+        let connect_by = (clock + connect_timeout).min(deadline);
+        match tokio::time::timeout_at(connect_by, self.get(alive, connect)).await {
+            Ok(Ok((c, new))) => {
+                if new {
+                    phases.connected = true;
+                    phases.connect = clock.elapsed();
+                }
+                Ok(c)
+            }
+            Ok(Err(e)) => Err(failure(&e)),
+            Err(_) => Err(Failure {
+                kind: ErrorKind::ConnectTimeout,
+                message: format!(
+                    "no {broker} connection within {} ms",
+                    clock.elapsed().as_millis()
+                ),
+            }),
+        }
     }
 
     /// Forget the connection (after it failed), unless another attempt already replaced it.

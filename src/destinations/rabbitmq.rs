@@ -17,7 +17,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::time::Instant;
 
 use super::pool::Pool;
-use super::{Signed, acknowledged, connect_deadline};
+use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
 
@@ -79,26 +79,17 @@ impl Publisher {
             password: to.credentials.and_then(|c| c.password.clone()),
         };
         let slot = self.pool.slot(&key);
-        let clock = Instant::now();
-        let connect_by = connect_deadline(deadline, to.connect_timeout);
-        let connecting = slot.get(|a| a.conn.status().connected(), || connect(uri));
-        let (amqp, new) = match tokio::time::timeout_at(connect_by, connecting).await {
-            Ok(Ok(got)) => got,
-            Ok(Err(e)) => return Err(failure(&e)),
-            Err(_) => {
-                return Err(Failure {
-                    kind: ErrorKind::ConnectTimeout,
-                    message: format!(
-                        "no AMQP connection within {} ms",
-                        clock.elapsed().as_millis()
-                    ),
-                });
-            }
-        };
-        if new {
-            phases.connected = true;
-            phases.connect = clock.elapsed();
-        }
+        let amqp = slot
+            .get_within(
+                "AMQP",
+                deadline,
+                to.connect_timeout,
+                phases,
+                |a| a.conn.status().connected(),
+                || connect(uri),
+                failure,
+            )
+            .await?;
         if amqp.conn.status().blocked() {
             return Err(Failure {
                 kind: ErrorKind::BrokerBlocked,

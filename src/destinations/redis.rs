@@ -12,7 +12,7 @@ use ::redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisConnectionInfo};
 use tokio::time::Instant;
 
 use super::pool::Pool;
-use super::{Signed, acknowledged, connect_deadline};
+use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
 
@@ -63,27 +63,18 @@ impl Publisher {
             password: c.and_then(|c| c.password.clone()),
         };
         let slot = self.pool.slot(&key);
-        let clock = Instant::now();
-        let connect_by = connect_deadline(deadline, to.connect_timeout);
         let left = deadline.saturating_duration_since(Instant::now());
-        let connecting = slot.get(|_| true, || connect(&key, to.connect_timeout, left));
-        let (mut conn, new) = match tokio::time::timeout_at(connect_by, connecting).await {
-            Ok(Ok(got)) => got,
-            Ok(Err(e)) => return Err(failure(&e)),
-            Err(_) => {
-                return Err(Failure {
-                    kind: ErrorKind::ConnectTimeout,
-                    message: format!(
-                        "no Redis connection within {} ms",
-                        clock.elapsed().as_millis()
-                    ),
-                });
-            }
-        };
-        if new {
-            phases.connected = true;
-            phases.connect = clock.elapsed();
-        }
+        let mut conn = slot
+            .get_within(
+                "Redis",
+                deadline,
+                to.connect_timeout,
+                phases,
+                |_| true,
+                || connect(&key, to.connect_timeout, left),
+                failure,
+            )
+            .await?;
         let clock = Instant::now();
         let added: ::redis::RedisResult<Option<String>> =
             xadd(to, signed).query_async(&mut conn).await;
