@@ -199,3 +199,38 @@ async fn post_retried(
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }
+
+/// A fleet scenario's load: healthy endpoints and their rate, one slow endpoint's answer time
+/// and rate, and the lanes; each from its flag, or else the scenario's [`Defaults`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sizes {
+    pub(crate) healthy: usize,
+    pub(crate) healthy_rate: f64,
+    pub(crate) slow_ms: u64,
+    pub(crate) slow_rate: f64,
+    pub(crate) lane: u32,
+}
+
+/// A scenario's load when its flags are left out: `(full, smoke)` pairs where the size differs.
+pub(crate) struct Defaults {
+    pub(crate) healthy: (usize, usize),
+    pub(crate) healthy_rate: (f64, f64),
+    pub(crate) slow_ms: u64,
+    pub(crate) slow_rate: (f64, f64),
+}
+
+impl Sizes {
+    /// The sizes from the flags, each left out taken from `defaults`.
+    pub(crate) fn of(args: &crate::BenchArgs, defaults: Defaults) -> Self {
+        let sized = |(full, smoke): (f64, f64)| args.sized(full, smoke);
+        Self {
+            healthy: args
+                .endpoints
+                .unwrap_or(args.sized(defaults.healthy.0, defaults.healthy.1)),
+            healthy_rate: args.rate.unwrap_or(sized(defaults.healthy_rate)),
+            slow_ms: args.slow_ms.unwrap_or(defaults.slow_ms),
+            slow_rate: args.bad_rate.unwrap_or(sized(defaults.slow_rate)),
+            lane: args.lane.unwrap_or(4),
+        }
+    }
+}

@@ -33,6 +33,7 @@ use anyhow::{Context, bail};
 
 use super::BenchArgs;
 use super::procs::sluice_binary;
+use super::producer::{Defaults, Sizes};
 use super::report::Report;
 use run::drive;
 
@@ -145,27 +146,13 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     outcome
 }
 
-/// The run's sizes, from the flags.
-#[derive(Debug, Clone, Copy)]
-struct Sizes {
-    healthy: usize,
-    healthy_rate: f64,
-    slow_ms: u64,
-    slow_rate: f64,
-    lane: u32,
-}
-
-impl Sizes {
-    fn of(args: &BenchArgs) -> Self {
-        Self {
-            healthy: args.endpoints.unwrap_or(args.sized(8, 3)),
-            healthy_rate: args.rate.unwrap_or(args.sized(40.0, 10.0)),
-            slow_ms: args.slow_ms.unwrap_or(250),
-            slow_rate: args.bad_rate.unwrap_or(args.sized(14.0, 10.0)),
-            lane: args.lane.unwrap_or(4),
-        }
-    }
-}
+/// The load without its flags.
+const LOAD: Defaults = Defaults {
+    healthy: (8, 3),
+    healthy_rate: (40.0, 10.0),
+    slow_ms: 250,
+    slow_rate: (14.0, 10.0),
+};
 
 /// The dispatchers' heartbeat interval (the default: the fleet runs with defaults).
 fn heartbeat() -> Duration {

@@ -19,8 +19,8 @@ use super::baseline::one_process;
 use super::figures::{chart, figures};
 use super::verdicts::ScaleSample;
 use super::{
-    DISPATCHERS, HEALTHY, IN_FLIGHT_EVERY, Plan, SATURATION_CONCURRENCY, SCALE_EVERY, SLOW, Sizes,
-    heartbeat,
+    DISPATCHERS, HEALTHY, IN_FLIGHT_EVERY, LOAD, Plan, SATURATION_CONCURRENCY, SCALE_EVERY, SLOW,
+    Sizes, heartbeat,
 };
 use crate::arrivals::{Arrival, Arrivals, queue};
 use crate::harness::{FreshDatabase, Sluice, Tuning};
@@ -178,7 +178,7 @@ pub(super) async fn drive(
         saturation::figures(&mut report, &measured);
         return Ok(report);
     }
-    let sizes = Sizes::of(args);
+    let sizes = Sizes::of(args, LOAD);
     let plan = Plan::new(args);
     let one = one_process(args, sizes, plan, &binary, server, log_dir).await?;
     let db = FreshDatabase::create(server).await?;

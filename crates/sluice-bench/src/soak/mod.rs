@@ -52,6 +52,7 @@ use anyhow::{Context, bail};
 use super::BenchArgs;
 use super::harness::FreshDatabase;
 use super::procs::sluice_binary;
+use super::producer::{Defaults, Sizes};
 use super::report::Report;
 use figures::{chart, figures};
 use run::drive;
@@ -90,27 +91,13 @@ const POLL: Duration = Duration::from_millis(100);
 /// `SLUICE_TEST_DATABASE_URL`.
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
-/// The run's sizes, from the flags.
-#[derive(Debug, Clone, Copy)]
-struct Sizes {
-    healthy: usize,
-    healthy_rate: f64,
-    slow_ms: u64,
-    slow_rate: f64,
-    lane: u32,
-}
-
-impl Sizes {
-    fn of(args: &BenchArgs) -> Self {
-        Self {
-            healthy: args.endpoints.unwrap_or(args.sized(5, 3)),
-            healthy_rate: args.rate.unwrap_or(args.sized(28.0, 20.0)),
-            slow_ms: args.slow_ms.unwrap_or(300),
-            slow_rate: args.bad_rate.unwrap_or(args.sized(8.0, 6.0)),
-            lane: args.lane.unwrap_or(4),
-        }
-    }
-}
+/// The load without its flags.
+const LOAD: Defaults = Defaults {
+    healthy: (5, 3),
+    healthy_rate: (28.0, 20.0),
+    slow_ms: 300,
+    slow_rate: (8.0, 6.0),
+};
 
 /// Run the scenario and report.
 pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
@@ -136,7 +123,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     std::fs::create_dir_all(&log_dir).with_context(|| format!("{}", log_dir.display()))?;
     let db = FreshDatabase::create(&server).await?;
     let outcome = async {
-        let sizes = Sizes::of(args);
+        let sizes = Sizes::of(args, LOAD);
         let seed = args.seed.unwrap_or(DEFAULT_SEED);
         let duration_s = args.duration.unwrap_or(DEFAULT_DURATION_S);
         let schedule = Schedule::new(seed, duration_s, args.smoke);
