@@ -1,7 +1,9 @@
 //! NATS JetStream: a publish acknowledged by the stream that captures the subject
 //! (`PublishAck`), with `Nats-Msg-Id` = the message id, so the stream drops a retry of a
 //! message it already has; an ack marked duplicate is that earlier delivery, so it counts as
-//! delivered. A subject no stream captures is `broker_not_found` (sluice creates no streams).
+//! delivered. A subject no stream captures is `broker_not_found` (sluice creates no streams);
+//! a stream at its limits, out of storage, or not answering is `broker_blocked`, the broker's
+//! backpressure.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -101,20 +103,73 @@ impl Publisher {
             ))),
             Err(e) => {
                 let kind = match e.kind() {
-                    PublishErrorKind::StreamNotFound => ErrorKind::BrokerNotFound,
+                    // Nobody answered the publish: no stream captures the subject, or one does
+                    // and JetStream cannot take it now. Only JetStream can tell them apart.
+                    PublishErrorKind::StreamNotFound => {
+                        no_responders(&context, to.subject, deadline).await
+                    }
                     PublishErrorKind::TimedOut => ErrorKind::TotalTimeout,
                     PublishErrorKind::BrokenPipe => ErrorKind::ConnectionReset,
                     PublishErrorKind::MaxPayloadExceeded => ErrorKind::TooLarge,
                     // The stream is at its limits: backpressure.
                     PublishErrorKind::MaxAckPending => ErrorKind::BrokerBlocked,
-                    _ => ErrorKind::Other,
+                    _ => refusal(&e),
                 };
-                Err(Failure {
-                    kind,
-                    message: format!("NATS JetStream: {e} (subject {:?})", to.subject),
-                })
+                let message = match (e.kind(), kind) {
+                    (PublishErrorKind::StreamNotFound, ErrorKind::BrokerBlocked) => format!(
+                        "NATS JetStream did not answer the publish to subject {:?} (a stream \
+                         without its leader, or a server without JetStream)",
+                        to.subject
+                    ),
+                    _ => format!("NATS JetStream: {e} (subject {:?})", to.subject),
+                };
+                Err(Failure { kind, message })
             }
         }
+    }
+}
+
+/// What a publish nobody answered means, asked of JetStream itself: no stream captures the
+/// subject (`broker_not_found`, a setting to fix), or a stream does but did not answer, or
+/// JetStream is not answering at all (a stream without its leader, a server without
+/// JetStream): the broker's 503, `broker_blocked`, which the governor backs off from.
+async fn no_responders(
+    context: &jetstream::Context,
+    subject: &str,
+    deadline: Instant,
+) -> ErrorKind {
+    use async_nats::jetstream::context::GetStreamByNameErrorKind;
+    let asked = tokio::time::timeout_at(deadline, context.stream_by_subject(subject)).await;
+    match asked {
+        Ok(Err(e)) if matches!(e.kind(), GetStreamByNameErrorKind::NotFound) => {
+            ErrorKind::BrokerNotFound
+        }
+        Ok(_) => ErrorKind::BrokerBlocked,
+        Err(_) => ErrorKind::TotalTimeout,
+    }
+}
+
+/// A publish the stream answered with an error: its JetStream error code, never its text.
+fn refusal(e: &async_nats::jetstream::context::PublishError) -> ErrorKind {
+    use async_nats::jetstream::{Error, ErrorCode};
+    let Some(code) = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<Error>())
+        .map(Error::error_code)
+    else {
+        return ErrorKind::Other;
+    };
+    match code {
+        // Limits reached under `discard: new` (messages, bytes), storage or memory exhausted:
+        // the stream cannot take more now.
+        ErrorCode::STREAM_STORE_FAILED
+        | ErrorCode::STORAGE_RESOURCES_EXCEEDED
+        | ErrorCode::MEMORY_RESOURCES_EXCEEDED
+        | ErrorCode::INSUFFICIENT_RESOURCES
+        | ErrorCode::ACCOUNT_RESOURCES_EXCEEDED => ErrorKind::BrokerBlocked,
+        ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM | ErrorCode::STREAM_HEADER_EXCEEDS_MAXIMUM => {
+            ErrorKind::TooLarge
+        }
+        _ => ErrorKind::Other,
     }
 }
 

@@ -210,3 +210,135 @@ async fn a_message_over_the_servers_max_payload_is_too_large() {
     js.delete_stream(&name).await.unwrap();
     s.stop().await;
 }
+
+/// A stream at its limits (`discard: new`, one message) refuses the next publish: that is the
+/// broker's backpressure (`broker_blocked`, which the governor backs off from), not a lost or
+/// a misaddressed message, and once the stream has room again the retry delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_at_its_limits_is_backpressure_and_the_retry_delivers() {
+    let Some((js, _, _)) = stream().await else {
+        return;
+    };
+    let id = sluice::ids::new_id("s").replace('_', "");
+    let name = format!("SLUICE_FULL_{id}");
+    let subject = format!("sluice.full.{id}");
+    js.create_stream(stream::Config {
+        name: name.clone(),
+        subjects: vec![subject.clone()],
+        max_messages: 1,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let s = Sluice::start(sluice::config::RawSettings {
+        retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()),
+        ..test_settings()
+    })
+    .await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "nats", "url": NATS, "subject": subject } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    s.send(&token, "order.created", json!({ "n": 1 })).await;
+    let first = first_attempt(&s, &token, &id).await;
+    assert_eq!(first["error_kind"], Value::Null, "{first}");
+    let second = s.send(&token, "order.created", json!({ "n": 2 })).await;
+
+    let attempts = format!("/v1/endpoints/{id}/attempts");
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            s.get(&token, &attempts).await.1["data"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["error_kind"] == "broker_blocked"))
+        })
+        .await,
+        "the full stream's refusal is broker_blocked: {}",
+        s.get(&token, &attempts).await.1
+    );
+
+    // Room again: the retry delivers the second message, once.
+    js.get_stream(&name).await.unwrap().purge().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            let Ok(st) = js.get_stream(&name).await else {
+                return false;
+            };
+            st.get_info().await.is_ok_and(|i| i.state.messages == 1)
+        })
+        .await,
+        "the retry delivers once the stream has room"
+    );
+    let last = js
+        .get_stream(&name)
+        .await
+        .unwrap()
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .unwrap();
+    assert_eq!(header(&last.headers, "Nats-Msg-Id"), second);
+    js.delete_stream(&name).await.unwrap();
+    s.stop().await;
+}
+
+/// A NATS server without JetStream answers no publish: that is the broker unavailable (its
+/// 503, `broker_blocked`), not a subject no stream captures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_jetstream_is_backpressure_not_a_missing_stream() {
+    let port = support::free_port();
+    let mut server = match std::process::Command::new("nats-server")
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+    {
+        Ok(child) => KillOnDrop(child),
+        Err(e) => {
+            assert!(
+                !support::services::services_required(),
+                "nats-server is not installed: {e}"
+            );
+            eprintln!("SKIPPED: nats-server is not installed: {e}");
+            return;
+        }
+    };
+    let url = format!("nats://127.0.0.1:{port}");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            async_nats::connect(url.as_str()).await.is_ok()
+        })
+        .await,
+        "nats-server without JetStream started"
+    );
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "nats", "url": url, "subject": "sluice.nojs" } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    s.send(&token, "order.created", json!({})).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], "broker_blocked", "{attempt}");
+    s.stop().await;
+    let _ = server.0.kill();
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
