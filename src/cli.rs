@@ -107,10 +107,27 @@ pub struct SizeArgs {
 /// `sluice receive`.
 #[derive(Debug, Args)]
 pub struct ReceiveArgs {
-    /// Address to listen on.
+    /// Address to listen on (HTTP, when not reading --from a broker).
     #[arg(long, default_value = "127.0.0.1:9000")]
     pub listen: std::net::SocketAddr,
-    /// The endpoint's signing secret (`whsec_…`) to verify signatures with.
-    #[arg(long, env = "SLUICE_RECEIVE_SECRET")]
+    /// The endpoint's signing secret (`whsec_…`) to verify `v1` signatures with.
+    #[arg(long, env = "SLUICE_RECEIVE_SECRET", conflicts_with = "public_key")]
     pub secret: Option<String>,
+    /// The endpoint's public key (`whpk_…`) to verify `v1a` (Ed25519) signatures with.
+    #[arg(long, env = "SLUICE_RECEIVE_PUBLIC_KEY")]
+    pub public_key: Option<String>,
+    /// Consume from a broker instead of listening for HTTP: `amqp://user:password@host:5672/%2f`
+    /// (with --queue), `nats://host:4222` (with --subject) or `redis://host:6379/0` (with
+    /// --stream). What to read is made if missing; a message is acknowledged once it verifies.
+    #[arg(long, value_name = "URL")]
+    pub from: Option<String>,
+    /// The RabbitMQ queue to consume (a destination's routing key on the default exchange).
+    #[arg(long, requires = "from", conflicts_with_all = ["subject", "stream"])]
+    pub queue: Option<String>,
+    /// The NATS JetStream subject to consume.
+    #[arg(long, requires = "from", conflicts_with = "stream")]
+    pub subject: Option<String>,
+    /// The Redis stream to consume (as consumer group `sluice-receive`).
+    #[arg(long, requires = "from")]
+    pub stream: Option<String>,
 }

@@ -259,12 +259,24 @@ fn size(args: SizeArgs) -> ExitCode {
 }
 
 async fn receive(args: ReceiveArgs) -> anyhow::Result<()> {
-    let secret = args
-        .secret
-        .as_deref()
-        .map(sluice::signing::Secret::parse)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
-    sluice::demo_receiver::print_forever(args.listen, secret).await?;
-    Ok(())
+    use sluice::demo_receiver::{Check, brokers};
+    let check = match (&args.secret, &args.public_key) {
+        (Some(secret), _) => Check::Secret(
+            sluice::signing::Secret::parse(secret).map_err(|e| anyhow::anyhow!("--secret: {e}"))?,
+        ),
+        (None, Some(key)) if key.starts_with("whpk_") => Check::PublicKey(key.clone()),
+        (None, Some(_)) => anyhow::bail!("--public-key: an endpoint's public key is whpk_…"),
+        (None, None) => Check::Nothing,
+    };
+    match &args.from {
+        Some(url) => {
+            let name = [&args.queue, &args.subject, &args.stream]
+                .into_iter()
+                .find_map(|n| n.as_deref())
+                .unwrap_or_default();
+            let source = brokers::Source::parse(url, name).map_err(anyhow::Error::msg)?;
+            brokers::print_forever(&source, check).await
+        }
+        None => Ok(sluice::demo_receiver::print_forever(args.listen, check).await?),
+    }
 }

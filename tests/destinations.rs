@@ -13,6 +13,8 @@ mod blocked;
 mod nats;
 #[path = "destinations/rabbitmq.rs"]
 mod rabbitmq;
+#[path = "destinations/receive.rs"]
+mod receive;
 #[path = "destinations/redis.rs"]
 mod redis_streams;
 #[path = "destinations/restart.rs"]

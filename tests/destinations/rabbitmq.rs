@@ -100,17 +100,41 @@ fn text(v: Option<&AMQPValue>) -> String {
     }
 }
 
+/// Verify a `v1` signature with the reference `standardwebhooks` package.
 pub(super) fn verify(secret: &str, headers: &Value, body: &str) {
+    verify_with(
+        "verify_standardwebhooks.py",
+        json!({ "secret": secret, "headers": headers, "body": body }),
+    );
+}
+
+/// Verify a `v1a` (Ed25519) signature with Python's `cryptography` and with sluice's own check.
+pub(super) fn verify_v1a(public_key: &str, headers: &Value, body: &str) {
+    let field = |name: &str| headers[name].as_str().unwrap().to_owned();
+    assert!(
+        sluice::signing::verify_v1a(
+            public_key,
+            &field("webhook-id"),
+            field("webhook-timestamp").parse().unwrap(),
+            body.as_bytes(),
+            &field("webhook-signature"),
+        ),
+        "sluice's own check refused the v1a signature: {headers}"
+    );
+    verify_with(
+        "verify_v1a.py",
+        json!({ "public_key": public_key, "headers": headers, "body": body }),
+    );
+}
+
+/// Run `tests/<script>` on `input`: it exits 0 only when the signature verifies.
+fn verify_with(script: &str, input: Value) {
     let Some(python) = support::python_verifier() else {
         return;
     };
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/verify_standardwebhooks.py"
-    );
-    let input = json!({ "secret": secret, "headers": headers, "body": body });
+    let script = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
     let mut child = std::process::Command::new(python)
-        .arg(script)
+        .arg(&script)
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -125,7 +149,7 @@ pub(super) fn verify(secret: &str, headers: &Value, body: &str) {
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
-        "standardwebhooks refused the queue message's signature: {}",
+        "{script} refused the queue message's signature: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::rabbitmq::{first_attempt, verify};
+use super::rabbitmq::{first_attempt, verify, verify_v1a};
 use super::support::{self, Sluice, test_settings};
 
 const REDIS: &str = "redis://127.0.0.1:6379/0";
@@ -144,5 +144,62 @@ async fn no_stream_and_a_refused_login_are_failed_attempts_of_their_kinds() {
         assert_eq!(attempt["error_kind"], kind, "{attempt}");
         assert!(!attempt.to_string().contains(wrong), "{attempt}");
     }
+    s.stop().await;
+}
+
+/// An endpoint that asked for `v1a` gets an Ed25519 signature in the entry, which a consumer
+/// verifies with the endpoint's public key alone (and which is not a `v1` HMAC).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1a_endpoint_entry_verifies_with_its_public_key() {
+    let Some(mut conn) = redis().await else {
+        return;
+    };
+    let key = stream(&mut conn).await;
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "redis", "url": REDIS, "stream": key },
+                "signature_scheme": "v1a" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let public = created["public_key"].as_str().unwrap().to_owned();
+    s.send(&token, "order.created", json!({ "order": 10 }))
+        .await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
+    let entries: Vec<Entry> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let e = &entries[0];
+    let signature = field(e, "webhook-signature");
+    assert!(signature.starts_with("v1a,"), "{signature}");
+    let signed = json!({
+        "webhook-id": field(e, "webhook-id"),
+        "webhook-timestamp": field(e, "webhook-timestamp"),
+        "webhook-signature": signature,
+    });
+    verify_v1a(&public, &signed, &field(e, "body"));
+    // The check can fail: another body does not verify.
+    assert!(!sluice::signing::verify_v1a(
+        &public,
+        &field(e, "webhook-id"),
+        field(e, "webhook-timestamp").parse().unwrap(),
+        br#"{"order":666}"#,
+        &field(e, "webhook-signature"),
+    ));
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     s.stop().await;
 }
