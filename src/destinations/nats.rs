@@ -38,9 +38,11 @@ struct Key {
     token: Option<String>,
 }
 
-/// JetStream publishing with a bounded cache of connections.
+/// JetStream publishing with a bounded cache of connections, each kept as its JetStream
+/// context: a context runs a task of its own that collects abandoned acknowledgements, so one
+/// per connection, not one per attempt.
 pub(super) struct Publisher {
-    pool: Pool<Key, async_nats::Client>,
+    pool: Pool<Key, jetstream::Context>,
 }
 
 impl Publisher {
@@ -65,19 +67,20 @@ impl Publisher {
             token: c.and_then(|c| c.token.clone()),
         };
         let slot = self.pool.slot(&key);
-        let client = slot
+        let context = slot
             .get_within(
                 "NATS",
                 deadline,
                 to.connect_timeout,
                 phases,
-                |client: &async_nats::Client| client.connection_state() == State::Connected,
-                || connect(&key, to.connect_timeout),
+                |context: &jetstream::Context| {
+                    context.client().connection_state() == State::Connected
+                },
+                || async { connect(&key, to.connect_timeout).await.map(jetstream::new) },
                 connect_failure,
             )
             .await?;
         let clock = Instant::now();
-        let context = jetstream::new(client);
         let message = PublishMessage::build()
             .payload(signed.payload.to_owned().into())
             .headers(headers(signed, to.headers))
