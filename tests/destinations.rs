@@ -19,3 +19,5 @@ mod receive;
 mod redis_streams;
 #[path = "destinations/restart.rs"]
 mod restart;
+#[path = "destinations/servers.rs"]
+mod servers;

@@ -9,6 +9,7 @@ use async_nats::jetstream::{self, stream};
 use serde_json::{Value, json};
 
 use super::rabbitmq::{first_attempt, verify};
+use super::servers;
 use super::support::{self, Sluice, eventually, test_settings};
 
 const NATS: &str = "nats://127.0.0.1:4222";
@@ -291,33 +292,13 @@ async fn a_stream_at_its_limits_is_backpressure_and_the_retry_delivers() {
 /// 503, `broker_blocked`), not a subject no stream captures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_jetstream_is_backpressure_not_a_missing_stream() {
-    let port = support::free_port();
-    let mut server = match std::process::Command::new("nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-    {
-        Ok(child) => KillOnDrop(child),
-        Err(e) => {
-            assert!(
-                !support::services::services_required(),
-                "nats-server is not installed: {e}"
-            );
-            eprintln!("SKIPPED: nats-server is not installed: {e}");
-            return;
-        }
+    let Some(server) = servers::start("nats-server", &["-a", "127.0.0.1", "-p", "{port}"]).await
+    else {
+        return;
     };
-    let url = format!("nats://127.0.0.1:{port}");
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            async_nats::connect(url.as_str()).await.is_ok()
-        })
-        .await,
-        "nats-server without JetStream started"
-    );
     let s = Sluice::start(test_settings()).await;
     let (_, token) = s.tenant("acme").await;
+    let url = format!("nats://127.0.0.1:{}", server.port);
     let (status, created) = s
         .post(
             &token,
@@ -331,14 +312,45 @@ async fn a_server_without_jetstream_is_backpressure_not_a_missing_stream() {
     let attempt = first_attempt(&s, &token, &id).await;
     assert_eq!(attempt["error_kind"], "broker_blocked", "{attempt}");
     s.stop().await;
-    let _ = server.0.kill();
 }
 
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A server that wants a user and password: wrong ones are `broker_auth`, and neither the
+/// password nor the token shows in the attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_broker_auth() {
+    let Some(server) = servers::start(
+        "nats-server",
+        &[
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "{port}",
+            "--user",
+            "sluice",
+            "--pass",
+            "right-pass",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let url = format!("nats://127.0.0.1:{}", server.port);
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "nats", "url": url, "subject": "sluice.auth",
+                "credentials": { "username": "sluice", "password": "wrong-pass" } } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    s.send(&token, "order.created", json!({})).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], "broker_auth", "{attempt}");
+    assert!(!attempt.to_string().contains("wrong-pass"), "{attempt}");
+    s.stop().await;
 }

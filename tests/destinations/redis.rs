@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use super::rabbitmq::{first_attempt, verify, verify_v1a};
+use super::servers;
 use super::support::{self, Sluice, test_settings};
 
 const REDIS: &str = "redis://127.0.0.1:6379/0";
@@ -201,5 +202,94 @@ async fn a_v1a_endpoint_entry_verifies_with_its_public_key() {
         .query_async(&mut conn)
         .await
         .unwrap();
+    s.stop().await;
+}
+
+/// Redis at its `maxmemory` under `noeviction` answers `OOM`: the broker's backpressure
+/// (`broker_blocked`), and once it has room the retry delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_out_of_memory_is_backpressure_and_the_retry_delivers() {
+    let Some(server) = servers::start(
+        "redis-server",
+        &[
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory-policy",
+            "noeviction",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}/0", server.port);
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = stream(&mut conn).await;
+    let used: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let used: u64 = used
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory in INFO memory");
+    // Full: any write is refused until the limit is raised.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used / 2)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let s = Sluice::start(sluice::config::RawSettings {
+        retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()),
+        ..test_settings()
+    })
+    .await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "redis", "url": url, "stream": key } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    s.send(&token, "order.created", json!({ "order": 1 })).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], "broker_blocked", "{attempt}");
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        support::eventually(std::time::Duration::from_secs(30), || async {
+            let n: usize = redis::cmd("XLEN")
+                .arg(&key)
+                .query_async(&mut conn.clone())
+                .await
+                .unwrap_or(0);
+            n == 1
+        })
+        .await,
+        "the retry delivers once Redis has room"
+    );
     s.stop().await;
 }
