@@ -223,6 +223,11 @@ pub struct Phases {
     pub http: Duration,
     /// Reading the (capped) body.
     pub body: Duration,
+    /// A broker attempt's publish, from sending to the broker's acknowledgement (HTTP's `http`
+    /// and `body` for a broker destination).
+    pub publish: Duration,
+    /// Was it a broker attempt (so `publish` was measured, and `http` and `body` were not)?
+    pub published: bool,
     /// Did the attempt open a new connection (so `connect` and `tls` were measured)?
     pub connected: bool,
     /// Did it fetch a token (so `token` was measured)?

@@ -92,7 +92,8 @@ impl Publisher {
                 .await
         }
         .await;
-        phases.http = clock.elapsed();
+        phases.publish = clock.elapsed();
+        phases.published = true;
         match acked {
             Ok(ack) => Ok(acknowledged(&format!(
                 "NATS JetStream (stream {}, sequence {}{})",

@@ -116,7 +116,8 @@ impl Publisher {
             confirm.await
         };
         let confirmed = sent.await;
-        phases.http = clock.elapsed();
+        phases.publish = clock.elapsed();
+        phases.published = true;
         match confirmed {
             Ok(Confirmation::Ack(None)) => Ok(acknowledged("RabbitMQ (publisher confirm)")),
             Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {

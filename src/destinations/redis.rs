@@ -78,7 +78,8 @@ impl Publisher {
         let clock = Instant::now();
         let added: ::redis::RedisResult<Option<String>> =
             xadd(to, signed).query_async(&mut conn).await;
-        phases.http = clock.elapsed();
+        phases.publish = clock.elapsed();
+        phases.published = true;
         match added {
             Ok(Some(id)) => Ok(acknowledged(&format!("Redis (stream entry {id})"))),
             Ok(None) => Err(Failure {

@@ -293,8 +293,9 @@ fn observe(
         ("sign", p.sign, true),
         ("connect", p.connect, p.connected),
         ("tls", p.tls, p.connected && p.tls > Duration::ZERO),
-        ("http", p.http, true),
-        ("body", p.body, true),
+        ("http", p.http, !p.published),
+        ("body", p.body, !p.published),
+        ("publish", p.publish, p.published),
     ] {
         if measured {
             m.phase_seconds

@@ -42,15 +42,18 @@ pub use endpoints::{Count, EndpointGauges, EndpointSeries};
 /// `{phase="sign"}`
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabel {
-    /// token, sign, connect, tls, http, body, settle.
+    /// token, sign, connect, tls, http, body, publish, settle.
     pub phase: &'static str,
 }
 
 /// The phases of one attempt, and the settle that follows. `connect` (name lookup, TCP, a
 /// proxy's tunnel) and `tls` (the handshake) are observed only for attempts that opened a new
 /// connection, `token` only for attempts that fetched an OAuth2 token: their counts are how
-/// many did, and `http` is the request and its answer without them.
-pub const PHASES: [&str; 7] = ["token", "sign", "connect", "tls", "http", "body", "settle"];
+/// many did, `http` is the request and its answer without them, and `publish` a broker
+/// attempt's publish until the broker acknowledges it.
+pub const PHASES: [&str; 8] = [
+    "token", "sign", "connect", "tls", "http", "body", "publish", "settle",
+];
 
 /// `{kind="tls_certificate_unknown"}`
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -100,6 +100,27 @@ async fn a_delivery_is_one_signed_entry_of_the_stream_on(settings: sluice::confi
         "webhook-signature": field(e, "webhook-signature"),
     });
     verify(&secret, &signed, &field(e, "body"));
+    // Where the time went: a broker attempt is a `publish` phase, never an `http` one.
+    let metrics = s
+        .http
+        .get(format!("{}/metrics", s.base))
+        .bearer_auth(support::ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |phase: &str| {
+        let name = format!("webhook_phase_seconds_count{{phase=\"{phase}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name.as_str()))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in the metrics"))
+    };
+    assert!(count("publish") >= 1.0, "{metrics}");
+    assert_eq!(count("http"), 0.0);
     let _: () = redis::cmd("DEL")
         .arg(&key)
         .query_async(&mut conn)
