@@ -5,7 +5,6 @@
 use serde_json::{Value, json};
 
 use super::rabbitmq::{first_attempt, verify, verify_v1a};
-use super::servers;
 use super::support::{self, Sluice, test_settings};
 
 const REDIS: &str = "redis://127.0.0.1:6379/0";
@@ -230,32 +229,23 @@ async fn a_v1a_endpoint_entry_verifies_with_its_public_key() {
 /// (`broker_blocked`), and once it has room the retry delivers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_out_of_memory_is_backpressure_and_the_retry_delivers() {
-    let Some(server) = servers::start(
-        "redis-server",
-        &[
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--maxmemory-policy",
-            "noeviction",
-        ],
-    )
-    .await
-    else {
+    let Some(server) = support::RedisServer::start().await else {
         return;
     };
-    let url = format!("redis://127.0.0.1:{}/0", server.port);
+    let url = format!("redis://127.0.0.1:{}/0", server.port());
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
     let key = stream(&mut conn).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let used: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(&mut conn)

@@ -1,5 +1,6 @@
-//! Broker servers of a test's own, for what the shared ones must not be put through (no
-//! JetStream, a password, a memory limit): started on a free port, killed when dropped.
+//! NATS servers of a test's own, for what the shared one must not be put through (no
+//! JetStream, a password): started on a free port, killed when dropped. (Redis has the
+//! testkit's `RedisServer`.)
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
