@@ -9,6 +9,8 @@ use sluice_testkit as support;
 mod api;
 #[path = "destinations/blocked.rs"]
 mod blocked;
+#[path = "destinations/fleet.rs"]
+mod fleet;
 #[path = "destinations/nats.rs"]
 mod nats;
 #[path = "destinations/rabbitmq.rs"]
