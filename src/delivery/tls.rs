@@ -201,29 +201,43 @@ pub fn base_roots(extra: &[CertificateDer<'static>]) -> Arc<RootCertStore> {
     Arc::new(roots)
 }
 
+/// The roots one [`TlsProfile`] trusts: `base`, and the endpoint's own CA bundle.
+pub fn trusted_roots(
+    base: &Arc<RootCertStore>,
+    profile: Option<&TlsProfile>,
+) -> Result<Arc<RootCertStore>, String> {
+    let Some(pem) = profile.and_then(|p| p.ca_bundle.as_deref()) else {
+        return Ok(base.clone());
+    };
+    let mut roots = (**base).clone();
+    for (i, cert) in stored_certificates(pem)?.into_iter().enumerate() {
+        roots.add(cert).map_err(|e| {
+            format!(
+                "the CA bundle's certificate {} cannot be a trusted CA: {e}",
+                i + 1
+            )
+        })?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The certificate verifier of one [`TlsProfile`] on top of `base` roots.
+pub fn verifier(
+    base: &Arc<RootCertStore>,
+    profile: Option<&TlsProfile>,
+) -> Result<Arc<rustls::client::WebPkiServerVerifier>, String> {
+    let roots = trusted_roots(base, profile)?;
+    rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider())
+        .build()
+        .map_err(|e| format!("no trusted CA certificates: {e}"))
+}
+
 /// The rustls configuration of one [`TlsProfile`] on top of `base` roots.
 pub fn client_config(
     base: &Arc<RootCertStore>,
     profile: Option<&TlsProfile>,
 ) -> Result<rustls::ClientConfig, String> {
-    let roots = match profile.and_then(|p| p.ca_bundle.as_deref()) {
-        None => base.clone(),
-        Some(pem) => {
-            let mut roots = (**base).clone();
-            for (i, cert) in stored_certificates(pem)?.into_iter().enumerate() {
-                roots.add(cert).map_err(|e| {
-                    format!(
-                        "the CA bundle's certificate {} cannot be a trusted CA: {e}",
-                        i + 1
-                    )
-                })?;
-            }
-            Arc::new(roots)
-        }
-    };
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider())
-        .build()
-        .map_err(|e| format!("no trusted CA certificates: {e}"))?;
+    let verifier = verifier(base, profile)?;
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?

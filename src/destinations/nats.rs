@@ -2,6 +2,7 @@
 //! (`PublishAck`), with `Nats-Msg-Id` = the message id, so the stream drops a retry of a
 //! message it already has; an ack marked duplicate is that earlier delivery, so it counts as
 //! delivered. A subject no stream captures is `broker_not_found` (sluice creates no streams).
+//! `tls://` requires TLS, its certificate verified against the URL's host.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use async_nats::{ConnectErrorKind, ConnectOptions, HeaderMap};
 use tokio::time::Instant;
 
 use super::pool::Pool;
+use super::tls::{self, Trust, TrustKey};
 use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
@@ -25,15 +27,18 @@ pub(super) struct Route<'a> {
     pub subject: &'a str,
     pub headers: &'a [(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     pub connect_timeout: Duration,
+    /// `tls://`: how the connection is secured.
+    pub tls: Option<Trust<'a>>,
 }
 
-/// One server's connection: its address and credentials.
+/// One server's connection: its address, credentials and TLS setting.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     address: SocketAddr,
     username: Option<String>,
     password: Option<String>,
     token: Option<String>,
+    tls: Option<TrustKey>,
 }
 
 /// JetStream publishing with a bounded cache of connections.
@@ -61,6 +66,7 @@ impl Publisher {
             username: c.and_then(|c| c.username.clone()),
             password: c.and_then(|c| c.password.clone()),
             token: c.and_then(|c| c.token.clone()),
+            tls: to.tls.as_ref().map(Trust::key),
         };
         let slot = self.pool.slot(&key);
         let client = slot
@@ -70,8 +76,8 @@ impl Publisher {
                 to.connect_timeout,
                 phases,
                 |client: &async_nats::Client| client.connection_state() == State::Connected,
-                || connect(&key, to.connect_timeout),
-                connect_failure,
+                || connect(&key, to.tls.as_ref(), to.connect_timeout),
+                Failure::clone,
             )
             .await?;
         let clock = Instant::now();
@@ -120,8 +126,9 @@ impl Publisher {
 
 async fn connect(
     key: &Key,
+    trust: Option<&Trust<'_>>,
     connect_timeout: Duration,
-) -> Result<async_nats::Client, async_nats::ConnectError> {
+) -> Result<async_nats::Client, Failure> {
     // Only the address the egress guard checked: never servers the cluster announces.
     let mut options = ConnectOptions::new()
         .connection_timeout(connect_timeout)
@@ -133,10 +140,27 @@ async fn connect(
     if let Some(t) = &key.token {
         options = options.token(t.clone());
     }
-    options.connect(format!("nats://{}", key.address)).await
+    let scheme = match trust {
+        None => "nats",
+        Some(trust) => {
+            // The client starts its handshake with the address it connects to; the
+            // certificate is still verified against the URL's host.
+            options = options
+                .require_tls(true)
+                .tls_client_config(trust.config_for_address()?);
+            "tls"
+        }
+    };
+    options
+        .connect(format!("{scheme}://{}", key.address))
+        .await
+        .map_err(|e| connect_failure(&e))
 }
 
 fn connect_failure(e: &async_nats::ConnectError) -> Failure {
+    if let Some(failure) = tls::failure("NATS", e) {
+        return failure;
+    }
     let kind = match e.kind() {
         ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
             ErrorKind::BrokerAuth
