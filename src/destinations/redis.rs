@@ -13,7 +13,7 @@ use ::redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisConnectionInfo};
 use tokio::time::Instant;
 
 use super::pool::Pool;
-use super::tls::{Trust, TrustKey};
+use super::tls::{self, Trust, TrustKey};
 use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
@@ -175,6 +175,10 @@ async fn connect(
 
 /// A failure named by Redis's error code or the socket's error, never by its text.
 fn failure(e: &::redis::RedisError) -> Failure {
+    // Over TLS 1.3 a refused client certificate surfaces on the first read, not in the handshake.
+    if let Some(failure) = tls::failure("Redis", e) {
+        return failure;
+    }
     let kind = match e.code() {
         Some("OOM") => ErrorKind::BrokerBlocked,
         Some("NOPERM" | "WRONGPASS" | "NOAUTH") => ErrorKind::BrokerAuth,
