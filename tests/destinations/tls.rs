@@ -7,97 +7,21 @@
 //! `localhost`); neither publishes anything, although the trusted endpoint's connection to the
 //! same broker is open by then.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+#[path = "tls/servers.rs"]
+mod servers;
+
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use lapin::options::{BasicGetOptions, QueueDeleteOptions};
 use lapin::types::AMQPValue;
 use serde_json::{Value, json};
-use sluice_testkit::tls::{Issued, TestCa, Validity, server_config};
-use tokio::net::{TcpListener, TcpStream};
 
 use super::rabbitmq::{broker, queue, serial, verify};
 use super::support::{self, Sluice, eventually, test_settings};
+use servers::{Certificates, binary, redis_tls, start, terminator};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A test CA, a server certificate of it for `localhost`, and both written to files.
-struct Certificates {
-    ca: TestCa,
-    server: Issued,
-    dir: tempfile::TempDir,
-}
-
-impl Certificates {
-    fn new() -> Self {
-        // The test's own TLS clients take the process's provider.
-        sluice::delivery::install_tls_provider();
-        let ca = TestCa::new("sluice broker test CA");
-        let server = ca.server(&["localhost"], Validity::Current);
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("ca.pem"), &ca.certificate).unwrap();
-        std::fs::write(dir.path().join("server.pem"), &server.certificate).unwrap();
-        std::fs::write(dir.path().join("server.key"), &server.key).unwrap();
-        Certificates { ca, server, dir }
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.path().join(name).display().to_string()
-    }
-}
-
-/// A server process, killed when the test ends.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `name` on `PATH` (or in `/usr/sbin`, `/usr/bin`), or `None`: a loud skip, which is a failure
-/// under `SLUICE_REQUIRE_SERVICES=1`.
-fn binary(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
-        .map(|d| d.join(name))
-        .find(|candidate| candidate.is_file());
-    if found.is_none() {
-        assert!(
-            !support::services_required(),
-            "{name} not found but SLUICE_REQUIRE_SERVICES=1"
-        );
-        eprintln!("SKIPPED: {name} not found; this test did not run");
-    }
-    found
-}
-
-/// Start `binary` with `args`, its output in `log`, and wait for `port` to accept.
-async fn start(binary: &Path, args: &[String], log: &Path, port: u16) -> Running {
-    let out = std::fs::File::create(log).unwrap();
-    let child = std::process::Command::new(binary)
-        .args(args)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let running = Running(child);
-    let up = eventually(WAIT, || async {
-        TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-    })
-    .await;
-    assert!(
-        up,
-        "{} is not listening on {port}: {}",
-        binary.display(),
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
-    running
-}
 
 /// The endpoint's attempts, oldest first, once there are at least `n`.
 async fn attempts(s: &Sluice, token: &str, id: &str, n: usize) -> Vec<Value> {
@@ -261,43 +185,7 @@ async fn nats_over_tls_delivers_with_the_endpoints_ca_and_verifies_the_hosts_nam
     done.s.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_over_tls_delivers_with_the_endpoints_ca_and_verifies_the_hosts_name() {
-    let Some(redis_server) = binary("redis-server") else {
-        return;
-    };
-    let certs = Certificates::new();
-    let (plain, port) = (support::free_port(), support::free_port());
-    let args = [
-        "--bind",
-        "127.0.0.1",
-        "--port",
-        &plain.to_string(),
-        "--tls-port",
-        &port.to_string(),
-        "--tls-cert-file",
-        &certs.path("server.pem"),
-        "--tls-key-file",
-        &certs.path("server.key"),
-        "--tls-ca-cert-file",
-        &certs.path("ca.pem"),
-        "--tls-auth-clients",
-        "no",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-    ]
-    .map(String::from);
-    let _server = start(
-        &redis_server,
-        &args,
-        &certs.dir.path().join("redis.log"),
-        port,
-    )
-    .await;
-
-    // The test reads over the plain port; sluice publishes over the TLS one.
+async fn orders(plain: u16) -> redis::aio::MultiplexedConnection {
     let mut conn = redis::Client::open(format!("redis://127.0.0.1:{plain}"))
         .unwrap()
         .get_multiplexed_async_connection()
@@ -312,6 +200,47 @@ async fn redis_over_tls_delivers_with_the_endpoints_ca_and_verifies_the_hosts_na
         .query_async(&mut conn)
         .await
         .unwrap();
+    conn
+}
+
+type Entry = (String, Vec<(String, String)>);
+
+async fn entries(conn: &mut redis::aio::MultiplexedConnection) -> Vec<Entry> {
+    redis::cmd("XRANGE")
+        .arg("orders")
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+fn field(entry: &Entry, name: &str) -> String {
+    entry
+        .1
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {name} field"))
+}
+
+/// The entry's signature, checked by the reference verifier.
+fn verify_entry(secret: &str, entry: &Entry) {
+    let signed = json!({
+        "webhook-id": field(entry, "webhook-id"),
+        "webhook-timestamp": field(entry, "webhook-timestamp"),
+        "webhook-signature": field(entry, "webhook-signature"),
+    });
+    verify(secret, &signed, &field(entry, "body"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_delivers_with_the_endpoints_ca_and_verifies_the_hosts_name() {
+    let certs = Certificates::new();
+    let Some((_server, plain, port)) = redis_tls(&certs, false).await else {
+        return;
+    };
+    let mut conn = orders(plain).await;
 
     let destination = |url: &str| json!({ "type": "redis", "url": url, "stream": "orders" });
     let done = scenario(
@@ -322,72 +251,64 @@ async fn redis_over_tls_delivers_with_the_endpoints_ca_and_verifies_the_hosts_na
     )
     .await;
 
-    type Entry = (String, Vec<(String, String)>);
-    let entries: Vec<Entry> = redis::cmd("XRANGE")
-        .arg("orders")
-        .arg("-")
-        .arg("+")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let entries = entries(&mut conn).await;
     assert_eq!(
         entries.len(),
         2,
         "only the trusted endpoint's messages: {entries:?}"
     );
-    for ((_, fields), id) in entries.iter().zip(&done.messages) {
-        let field = |name: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_else(|| panic!("no {name} field"))
-        };
-        assert_eq!(&field("webhook-id"), id);
-        let signed = json!({
-            "webhook-id": field("webhook-id"),
-            "webhook-timestamp": field("webhook-timestamp"),
-            "webhook-signature": field("webhook-signature"),
-        });
-        verify(&done.secret, &signed, &field("body"));
+    for (entry, id) in entries.iter().zip(&done.messages) {
+        assert_eq!(&field(entry, "webhook-id"), id);
+        verify_entry(&done.secret, entry);
     }
     done.s.stop().await;
 }
 
-/// A TLS listener on loopback presenting `server`, each connection's bytes carried to the
-/// shared RabbitMQ at 127.0.0.1:5672; it stops accepting when dropped.
-struct Terminator {
-    port: u16,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Terminator {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn terminator(server: &Issued) -> Terminator {
-    let mut config = Arc::unwrap_or_clone(server_config(server, &[]));
-    config.alpn_protocols.clear();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                // A client that refuses the certificate ends here, before any AMQP.
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                if let Ok(mut rabbit) = TcpStream::connect("127.0.0.1:5672").await {
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut rabbit).await;
-                }
-            });
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_asking_for_a_client_certificate_gets_the_endpoints() {
+    let certs = Certificates::new();
+    let Some((_server, plain, port)) = redis_tls(&certs, true).await else {
+        return;
+    };
+    let mut conn = orders(plain).await;
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let client = certs.ca.client("sluice");
+    let url = format!("rediss://localhost:{port}/0");
+    let mut made = Vec::new();
+    for identity in [Some(&client), None] {
+        let mut body = json!({
+            "destination": { "type": "redis", "url": url, "stream": "orders" },
+            "tls_ca_bundle": certs.ca.certificate,
+        });
+        if let Some(identity) = identity {
+            body["tls_client_certificate"] = json!(identity.certificate);
+            body["tls_client_key"] = json!(identity.key);
         }
-    });
-    Terminator { port, task }
+        let (status, created) = s.post(&token, "/v1/endpoints", body).await;
+        assert_eq!(status, 201, "{created}");
+        assert!(!created.to_string().contains(&client.key), "{created}");
+        let field = |f: &str| created[f].as_str().unwrap().to_owned();
+        made.push((field("id"), field("secret")));
+    }
+    let message = s.send(&token, "order.created", json!({ "order": 3 })).await;
+    let with = attempts(&s, &token, &made[0].0, 1).await;
+    assert_eq!(with[0]["error_kind"], Value::Null, "{with:?}");
+    let without = attempts(&s, &token, &made[1].0, 1).await;
+    assert_eq!(
+        without[0]["error_kind"], "tls_client_certificate",
+        "{without:?}"
+    );
+
+    let entries = entries(&mut conn).await;
+    assert_eq!(
+        entries.len(),
+        1,
+        "only the identified endpoint's: {entries:?}"
+    );
+    assert_eq!(field(&entries[0], "webhook-id"), message);
+    verify_entry(&made[0].1, &entries[0]);
+    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
