@@ -1,7 +1,8 @@
 //! Broker destinations against real brokers on this machine (RabbitMQ at 127.0.0.1:5672,
 //! guest/guest; NATS with JetStream at 127.0.0.1:4222; Redis at 127.0.0.1:6379): deliveries arrive signed and verifiable by the reference `standardwebhooks`
 //! package, a broker's refusals are failed attempts named by their kind, credentials appear in
-//! no answer, and the API names every bad field. No broker is mocked.
+//! no answer, and the API names every bad field. Over TLS, against a `nats-server` and a
+//! `redis-server` started with TLS and RabbitMQ behind a TLS terminator. No broker is mocked.
 
 use sluice_testkit as support;
 
@@ -23,3 +24,5 @@ mod redis_streams;
 mod restart;
 #[path = "destinations/servers.rs"]
 mod servers;
+#[path = "destinations/tls.rs"]
+mod tls;

@@ -201,29 +201,43 @@ pub fn base_roots(extra: &[CertificateDer<'static>]) -> Arc<RootCertStore> {
     Arc::new(roots)
 }
 
+/// The roots one [`TlsProfile`] trusts: `base`, and the endpoint's own CA bundle.
+pub fn trusted_roots(
+    base: &Arc<RootCertStore>,
+    profile: Option<&TlsProfile>,
+) -> Result<Arc<RootCertStore>, String> {
+    let Some(pem) = profile.and_then(|p| p.ca_bundle.as_deref()) else {
+        return Ok(base.clone());
+    };
+    let mut roots = (**base).clone();
+    for (i, cert) in stored_certificates(pem)?.into_iter().enumerate() {
+        roots.add(cert).map_err(|e| {
+            format!(
+                "the CA bundle's certificate {} cannot be a trusted CA: {e}",
+                i + 1
+            )
+        })?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// The certificate verifier of one [`TlsProfile`] on top of `base` roots.
+pub fn verifier(
+    base: &Arc<RootCertStore>,
+    profile: Option<&TlsProfile>,
+) -> Result<Arc<rustls::client::WebPkiServerVerifier>, String> {
+    let roots = trusted_roots(base, profile)?;
+    rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider())
+        .build()
+        .map_err(|e| format!("no trusted CA certificates: {e}"))
+}
+
 /// The rustls configuration of one [`TlsProfile`] on top of `base` roots.
 pub fn client_config(
     base: &Arc<RootCertStore>,
     profile: Option<&TlsProfile>,
 ) -> Result<rustls::ClientConfig, String> {
-    let roots = match profile.and_then(|p| p.ca_bundle.as_deref()) {
-        None => base.clone(),
-        Some(pem) => {
-            let mut roots = (**base).clone();
-            for (i, cert) in stored_certificates(pem)?.into_iter().enumerate() {
-                roots.add(cert).map_err(|e| {
-                    format!(
-                        "the CA bundle's certificate {} cannot be a trusted CA: {e}",
-                        i + 1
-                    )
-                })?;
-            }
-            Arc::new(roots)
-        }
-    };
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider())
-        .build()
-        .map_err(|e| format!("no trusted CA certificates: {e}"))?;
+    let verifier = verifier(base, profile)?;
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -257,20 +271,23 @@ fn stored_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String
 
 /// The rustls error behind a client error, if a TLS failure caused it. `io::Error::source`
 /// skips the error it wraps (and the TLS connector wraps one I/O error in another), so an I/O
-/// error is looked into rather than past.
+/// error is looked into rather than past; so is a shared one (`Arc<dyn Error>`, as the Redis
+/// client hands on its socket's error), whose `source` skips it too.
 pub fn find_tls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
     let mut current = Some(err);
     while let Some(e) = current {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return Some(tls);
         }
-        current = match e
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-        {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => e.source(),
+        let inner = match e.downcast_ref::<Shared>() {
+            Some(shared) => Some(&**shared as &(dyn std::error::Error + 'static)),
+            None => e
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
         };
+        current = inner.or_else(|| e.source());
     }
     None
 }
@@ -353,6 +370,31 @@ mod tests {
         let io = std::io::Error::other(io);
         let found = find_tls_error(&io).expect("found");
         assert_eq!(classify(found), ErrorKind::TlsCertificateUnknown);
+    }
+
+    /// An error that holds its cause as a shared one, as the Redis client's error does.
+    #[derive(Debug)]
+    struct Holder(Arc<dyn std::error::Error + Send + Sync>);
+
+    impl std::fmt::Display for Holder {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("held")
+        }
+    }
+
+    impl std::error::Error for Holder {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_tls_error_is_found_inside_a_shared_io_error() {
+        let tls = rustls::Error::AlertReceived(AlertDescription::CertificateRequired);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let held = Holder(Arc::new(io));
+        let found = find_tls_error(&held).expect("found");
+        assert_eq!(classify(found), ErrorKind::TlsClientCertificate);
     }
 
     /// Two stand-in certificates: the PEM layer never reads inside the DER.

@@ -8,23 +8,28 @@
 //! `broker_blocked`, `too_large`) or the connection kinds HTTP shares (`connection_refused`,
 //! `timeout_connect`, `timeout_total`).
 //!
-//! Connections are shared per broker address and credentials ([`pool`]), made lazily, bounded
-//! in number, and made again after a failure; each broker has its own slot, so a broker that is
-//! slow to connect holds only the attempts bound for it, each to its own deadline.
+//! Connections are shared per broker address, credentials and TLS setting ([`pool`]), made
+//! lazily, bounded in number, and made again after a failure; each broker has its own slot, so
+//! a broker that is slow to connect holds only the attempts bound for it, each to its own
+//! deadline. `amqps://`, NATS `tls://` and `rediss://` connect with TLS ([`tls`]), trusting
+//! what the endpoint's HTTP attempts would trust.
 
 mod nats;
 mod pool;
 mod rabbitmq;
 mod redis;
+mod tls;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use rustls::RootCertStore;
+use rustls::pki_types::CertificateDer;
 use tokio::time::Instant;
 
 use crate::delivery::{ErrorKind, Failure, Phases, Report, Response, Target};
 use crate::egress::EgressPolicy;
-use crate::model::Destination;
+use crate::model::{Destination, broker_default_port};
 use crate::signing;
 
 /// Settings of broker connections.
@@ -62,16 +67,24 @@ pub struct Signed<'a> {
 /// The broker clients of one dispatcher.
 pub struct Brokers {
     policy: Arc<EgressPolicy>,
+    roots: Arc<RootCertStore>,
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
     redis: redis::Publisher,
 }
 
 impl Brokers {
-    /// Broker clients behind `policy`, holding at most `settings.max_connections` of each kind.
-    pub fn new(policy: Arc<EgressPolicy>, settings: BrokerSettings) -> Self {
+    /// Broker clients behind `policy`, holding at most `settings.max_connections` of each kind,
+    /// trusting the system's roots and `extra_roots` (the operator's CAs) over TLS.
+    pub fn new(
+        policy: Arc<EgressPolicy>,
+        settings: BrokerSettings,
+        extra_roots: &[CertificateDer<'static>],
+    ) -> Self {
+        crate::delivery::install_tls_provider();
         Self {
             policy,
+            roots: crate::delivery::tls::base_roots(extra_roots),
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
             redis: redis::Publisher::new(settings.max_connections),
@@ -134,6 +147,7 @@ impl Brokers {
         phases: &mut Phases,
     ) -> Result<Response, Failure> {
         let address = self.checked_address(&target.url).await?;
+        let trust = tls::Trust::of(&target.url, &self.roots, target.tls.as_ref());
         match &target.destination {
             Destination::Rabbitmq {
                 exchange,
@@ -149,6 +163,7 @@ impl Brokers {
                     routing_key,
                     headers: &target.headers,
                     connect_timeout: target.timeouts.connect,
+                    tls: trust,
                 };
                 self.rabbitmq.publish(&to, signed, deadline, phases).await
             }
@@ -159,6 +174,7 @@ impl Brokers {
                     subject,
                     headers: &target.headers,
                     connect_timeout: target.timeouts.connect,
+                    tls: trust,
                 };
                 self.nats.publish(&to, signed, deadline, phases).await
             }
@@ -173,6 +189,7 @@ impl Brokers {
                     max_len: *max_len,
                     headers: &target.headers,
                     connect_timeout: target.timeouts.connect,
+                    tls: trust,
                 };
                 self.redis.publish(&to, signed, deadline, phases).await
             }
@@ -194,12 +211,10 @@ impl Brokers {
             },
             message: e.to_string(),
         };
-        let port = url.port().unwrap_or(match url.scheme() {
-            "amqps" => 5671,
-            "nats" | "tls" => 4222,
-            "redis" | "rediss" => 6379,
-            _ => 5672,
-        });
+        let port = url
+            .port()
+            .or_else(|| broker_default_port(url.scheme()))
+            .unwrap_or(5672);
         match url.host() {
             Some(url::Host::Ipv4(v4)) => {
                 self.policy.check_ip(IpAddr::V4(v4)).map_err(refused)?;

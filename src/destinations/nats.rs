@@ -3,7 +3,7 @@
 //! message it already has; an ack marked duplicate is that earlier delivery, so it counts as
 //! delivered. A subject no stream captures is `broker_not_found` (sluice creates no streams);
 //! a stream at its limits, out of storage, or not answering is `broker_blocked`, the broker's
-//! backpressure.
+//! backpressure. `tls://` requires TLS, its certificate verified against the URL's host.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use async_nats::{ConnectErrorKind, ConnectOptions, HeaderMap};
 use tokio::time::Instant;
 
 use super::pool::Pool;
+use super::tls::{self, Trust, TrustKey};
 use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
@@ -27,15 +28,18 @@ pub(super) struct Route<'a> {
     pub subject: &'a str,
     pub headers: &'a [(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     pub connect_timeout: Duration,
+    /// `tls://`: how the connection is secured.
+    pub tls: Option<Trust<'a>>,
 }
 
-/// One server's connection: its address and credentials.
+/// One server's connection: its address, credentials and TLS setting.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     address: SocketAddr,
     username: Option<String>,
     password: Option<String>,
     token: Option<String>,
+    tls: Option<TrustKey>,
 }
 
 /// JetStream publishing with a bounded cache of connections, each kept as its JetStream
@@ -65,6 +69,7 @@ impl Publisher {
             username: c.and_then(|c| c.username.clone()),
             password: c.and_then(|c| c.password.clone()),
             token: c.and_then(|c| c.token.clone()),
+            tls: to.tls.as_ref().map(Trust::key),
         };
         let slot = self.pool.slot(&key);
         let context = slot
@@ -76,8 +81,12 @@ impl Publisher {
                 |context: &jetstream::Context| {
                     context.client().connection_state() == State::Connected
                 },
-                || async { connect(&key, to.connect_timeout).await.map(jetstream::new) },
-                connect_failure,
+                || async {
+                    connect(&key, to.tls.as_ref(), to.connect_timeout)
+                        .await
+                        .map(jetstream::new)
+                },
+                Failure::clone,
             )
             .await?;
         let clock = Instant::now();
@@ -179,8 +188,9 @@ fn refusal(e: &async_nats::jetstream::context::PublishError) -> ErrorKind {
 
 async fn connect(
     key: &Key,
+    trust: Option<&Trust<'_>>,
     connect_timeout: Duration,
-) -> Result<async_nats::Client, async_nats::ConnectError> {
+) -> Result<async_nats::Client, Failure> {
     // Only the address the egress guard checked: never servers the cluster announces.
     let mut options = ConnectOptions::new()
         .connection_timeout(connect_timeout)
@@ -192,10 +202,27 @@ async fn connect(
     if let Some(t) = &key.token {
         options = options.token(t.clone());
     }
-    options.connect(format!("nats://{}", key.address)).await
+    let scheme = match trust {
+        None => "nats",
+        Some(trust) => {
+            // The client starts its handshake with the address it connects to; the
+            // certificate is still verified against the URL's host.
+            options = options
+                .require_tls(true)
+                .tls_client_config(trust.config_for_address()?);
+            "tls"
+        }
+    };
+    options
+        .connect(format!("{scheme}://{}", key.address))
+        .await
+        .map_err(|e| connect_failure(&e))
 }
 
 fn connect_failure(e: &async_nats::ConnectError) -> Failure {
+    if let Some(failure) = tls::failure("NATS", e) {
+        return failure;
+    }
     let kind = match e.kind() {
         ConnectErrorKind::Authentication | ConnectErrorKind::AuthorizationViolation => {
             ErrorKind::BrokerAuth

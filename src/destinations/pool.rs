@@ -1,4 +1,5 @@
-//! A small cache of broker connections, one per broker address and credentials: made lazily by
+//! A small cache of broker connections, one per broker address, credentials and TLS setting
+//! (each publisher's key says which): made lazily by
 //! the first attempt that needs it (the attempts behind it wait for that one connect, each to
 //! its own deadline), made again after a failure, and bounded in number (the least recently
 //! used is dropped to make room). A slot per broker: one broker slow to connect never holds an

@@ -1,7 +1,8 @@
 //! RabbitMQ (AMQP 0-9-1): a persistent (`delivery_mode` 2), `mandatory` publish on a channel
 //! in confirm mode, delivered only on the broker's `basic.ack`. An unroutable message comes
 //! back (`basic.return`, 312 NO_ROUTE) before its ack: a failed attempt of kind `unroutable`,
-//! never a silent success. Failures are classified by the protocol's reply codes.
+//! never a silent success. Failures are classified by the protocol's reply codes. `amqps://`
+//! connects with TLS, its certificate verified against the URL's host.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,12 +12,14 @@ use std::time::Duration;
 use lapin::Confirmation;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::protocol::AMQPErrorKind;
+use lapin::tcp::{AsyncTcpStream, RustlsConnector};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::time::Instant;
 
 use super::pool::Pool;
+use super::tls::{self, Trust, TrustKey};
 use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
@@ -34,6 +37,8 @@ pub(super) struct Route<'a> {
     pub routing_key: &'a str,
     pub headers: &'a [(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     pub connect_timeout: Duration,
+    /// `amqps://`: how the connection is secured.
+    pub tls: Option<Trust<'a>>,
 }
 
 /// A connection to one broker, with a confirm-mode channel per endpoint (a channel error, such
@@ -43,13 +48,14 @@ struct Amqp {
     channels: Mutex<HashMap<String, Channel>>,
 }
 
-/// One broker's connection: its address, vhost and credentials.
+/// One broker's connection: its address, vhost, credentials and TLS setting.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     address: SocketAddr,
     vhost: String,
     username: Option<String>,
     password: Option<String>,
+    tls: Option<TrustKey>,
 }
 
 /// RabbitMQ publishing with a bounded cache of connections.
@@ -77,6 +83,7 @@ impl Publisher {
             vhost: uri.vhost.clone(),
             username: to.credentials.and_then(|c| c.username.clone()),
             password: to.credentials.and_then(|c| c.password.clone()),
+            tls: to.tls.as_ref().map(Trust::key),
         };
         let slot = self.pool.slot(&key);
         let amqp = slot
@@ -86,8 +93,8 @@ impl Publisher {
                 to.connect_timeout,
                 phases,
                 |a| a.conn.status().connected(),
-                || connect(uri),
-                failure,
+                || connect(uri, to.address, to.tls.as_ref()),
+                Failure::clone,
             )
             .await?;
         if amqp.conn.status().blocked() {
@@ -215,8 +222,32 @@ fn uri(to: &Route<'_>) -> Result<AMQPUri, Failure> {
     Ok(uri)
 }
 
-async fn connect(uri: AMQPUri) -> lapin::Result<Arc<Amqp>> {
-    let conn = Connection::connect_uri(uri, ConnectionProperties::default()).await?;
+async fn connect(
+    uri: AMQPUri,
+    address: SocketAddr,
+    trust: Option<&Trust<'_>>,
+) -> Result<Arc<Amqp>, Failure> {
+    let conn = match trust {
+        None => Connection::connect_uri(uri, ConnectionProperties::default()).await,
+        Some(trust) => {
+            // The socket goes to the checked address; the handshake names the URL's host
+            // (SNI), and the certificate is verified against it.
+            let connector = RustlsConnector::from(trust.config()?);
+            let host = trust.host.to_owned();
+            let runtime = lapin::runtime::default_runtime().map_err(|e| failure(&e))?;
+            Connection::connector(
+                uri,
+                runtime,
+                async move |_, runtime| {
+                    let tcp = AsyncTcpStream::connect(&runtime, address).await?;
+                    Ok(tcp.into_rustls(&connector, &host).await?)
+                },
+                ConnectionProperties::default(),
+            )
+            .await
+        }
+    }
+    .map_err(|e| failure(&e))?;
     Ok(Arc::new(Amqp {
         conn,
         channels: Mutex::new(HashMap::new()),
@@ -259,6 +290,9 @@ fn properties(
 /// A failure named by the protocol's reply code (or the socket's error), never by its text.
 fn failure(e: &lapin::Error) -> Failure {
     use lapin::ErrorKind as K;
+    if let Some(failure) = tls::failure("RabbitMQ", e) {
+        return failure;
+    }
     let kind = match e.kind() {
         K::ProtocolError(amqp) => match (amqp.kind(), amqp.get_id()) {
             (_, 403) => ErrorKind::BrokerAuth,

@@ -2,7 +2,8 @@
 //! answers the entry's id. `NOMKSTREAM`: sluice never creates a stream, so a stream name
 //! nobody reads (a typo, a consumer not set up yet) is a failed attempt of kind
 //! `broker_not_found`, not a silent success into a stream no one reads (as for a NATS subject no
-//! stream captures). An `OOM` answer (Redis at its `maxmemory`) is backpressure.
+//! stream captures). An `OOM` answer (Redis at its `maxmemory`) is backpressure. `rediss://`
+//! connects with TLS, its certificate verified against the URL's host.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use ::redis::{AsyncConnectionConfig, IntoConnectionInfo, RedisConnectionInfo};
 use tokio::time::Instant;
 
 use super::pool::Pool;
+use super::tls::{self, Trust, TrustKey};
 use super::{Signed, acknowledged};
 use crate::delivery::{ErrorKind, Failure, Phases, Response};
 use crate::model::DestinationCredentials;
@@ -25,15 +27,18 @@ pub(super) struct Route<'a> {
     pub max_len: Option<u64>,
     pub headers: &'a [(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
     pub connect_timeout: Duration,
+    /// `rediss://`: how the connection is secured.
+    pub tls: Option<Trust<'a>>,
 }
 
-/// One server's connection: its address, database and credentials.
+/// One server's connection: its address, database, credentials and TLS setting.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     address: SocketAddr,
     db: i64,
     username: Option<String>,
     password: Option<String>,
+    tls: Option<TrustKey>,
 }
 
 /// Redis Streams publishing with a bounded cache of connections.
@@ -61,6 +66,7 @@ impl Publisher {
             db: to.db,
             username: c.and_then(|c| c.username.clone()),
             password: c.and_then(|c| c.password.clone()),
+            tls: to.tls.as_ref().map(Trust::key),
         };
         let slot = self.pool.slot(&key);
         let left = deadline.saturating_duration_since(Instant::now());
@@ -71,8 +77,8 @@ impl Publisher {
                 to.connect_timeout,
                 phases,
                 |_| true,
-                || connect(&key, to.connect_timeout, left),
-                failure,
+                || connect(&key, to.tls.as_ref(), to.connect_timeout, left),
+                Failure::clone,
             )
             .await?;
         let clock = Instant::now();
@@ -133,9 +139,10 @@ fn xadd(to: &Route<'_>, signed: &Signed<'_>) -> ::redis::Cmd {
 
 async fn connect(
     key: &Key,
+    trust: Option<&Trust<'_>>,
     connect_timeout: Duration,
     response_timeout: Duration,
-) -> ::redis::RedisResult<MultiplexedConnection> {
+) -> Result<MultiplexedConnection, Failure> {
     let mut settings = RedisConnectionInfo::default().set_db(key.db);
     if let Some(u) = &key.username {
         settings = settings.set_username(u);
@@ -143,20 +150,36 @@ async fn connect(
     if let Some(p) = &key.password {
         settings = settings.set_password(p);
     }
-    let info = format!("redis://{}/", key.address)
-        .into_connection_info()?
-        .set_redis_settings(settings);
-    let client = ::redis::Client::open(info)?;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(connect_timeout))
         .set_response_timeout(Some(response_timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
+    let Some(trust) = trust else {
+        let info = format!("redis://{}/", key.address)
+            .into_connection_info()
+            .map_err(|e| failure(&e))?
+            .set_redis_settings(settings);
+        let client = ::redis::Client::open(info).map_err(|e| failure(&e))?;
+        return client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| failure(&e));
+    };
+    // The TLS stream is made here, to the checked address and verified as the URL's host;
+    // Redis then logs in and selects the database over it.
+    let stream = trust.connect("Redis", key.address).await?;
+    let (conn, driver) = MultiplexedConnection::new_with_config(&settings, stream, config)
         .await
+        .map_err(|e| failure(&e))?;
+    tokio::spawn(driver);
+    Ok(conn)
 }
 
 /// A failure named by Redis's error code or the socket's error, never by its text.
 fn failure(e: &::redis::RedisError) -> Failure {
+    // Over TLS 1.3 a refused client certificate surfaces on the first read, not in the handshake.
+    if let Some(failure) = tls::failure("Redis", e) {
+        return failure;
+    }
     let kind = match e.code() {
         Some("OOM") => ErrorKind::BrokerBlocked,
         Some("NOPERM" | "WRONGPASS" | "NOAUTH") => ErrorKind::BrokerAuth,

@@ -361,7 +361,11 @@ impl Dispatcher {
         let (settle_tx, settle_rx) = mpsc::channel(settings.concurrency.ceiling() as usize * 2);
         metrics.concurrency_limit.set(i64::from(concurrency));
         let ctx = Arc::new(Ctx {
-            brokers: Brokers::new(policy.clone(), settings.brokers),
+            brokers: Brokers::new(
+                policy.clone(),
+                settings.brokers,
+                &settings.egress.extra_roots,
+            ),
             clients: Clients::with_egress(
                 policy,
                 &settings.egress,

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 use super::checks::check_destination_of;
 use crate::api::AppState;
 use crate::api::views::check_text;
-use crate::model::{Destination, DestinationCredentials};
+use crate::model::{Destination, DestinationCredentials, broker_default_port};
 use crate::web::problem::Problem;
 
 /// The destination kinds this sluice delivers to.
@@ -35,9 +35,13 @@ pub struct DestinationIn {
     /// `http`, `rabbitmq`, `nats` or `redis`.
     #[serde(rename = "type")]
     pub kind: DestinationType,
-    /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`
-    /// (the vhost percent-encoded: `%2f` is `/`). `nats`: `nats://host:port`. `redis`:
-    /// `redis://host:port/db`. Never with credentials in it.
+    /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`, or
+    /// `amqps://…` over TLS (the vhost percent-encoded: `%2f` is `/`). `nats`:
+    /// `nats://host:port`, or `tls://…` over TLS. `redis`: `redis://host:port/db`, or
+    /// `rediss://…` over TLS. Over TLS the broker's certificate must name the URL's host and
+    /// chain to a CA this endpoint trusts (`tls_ca_bundle`, or the operator's and the
+    /// system's); a `tls_client_certificate` is presented when the broker asks for one. Never
+    /// with credentials in it.
     pub url: String,
     /// `rabbitmq`: the exchange published to; omitted or `""` is the default exchange, which
     /// routes to the queue named by `routing_key`.
@@ -150,7 +154,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             if d.credentials.as_ref().is_some_and(|c| c.token.is_some()) {
                 return refuse("credentials.token", "applies only to nats");
             }
-            let url = check_broker_url(state, &d.url, &["amqp"]).await?;
+            let url = check_broker_url(state, &d.url, &["amqp", "amqps"]).await?;
             let exchange = d.exchange.unwrap_or_default();
             let Some(routing_key) = d.routing_key else {
                 return refuse("routing_key", "is required for rabbitmq");
@@ -175,7 +179,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             if d.routing_key.is_some() {
                 return refuse("routing_key", "applies only to rabbitmq");
             }
-            let url = check_broker_url(state, &d.url, &["nats"]).await?;
+            let url = check_broker_url(state, &d.url, &["nats", "tls"]).await?;
             let Some(subject) = d.subject else {
                 return refuse("subject", "is required for nats");
             };
@@ -197,7 +201,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
         }
         DestinationType::Redis => {
             only_for(&d, "redis")?;
-            let url = check_broker_url(state, &d.url, &["redis"]).await?;
+            let url = check_broker_url(state, &d.url, &["redis", "rediss"]).await?;
             let db = url::Url::parse(&url)
                 .ok()
                 .map(|u| u.path().trim_start_matches('/').to_owned())
@@ -205,7 +209,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             if !db.is_empty() && !db.parse::<u16>().is_ok_and(|n| n < 10_000) {
                 return refuse(
                     "url",
-                    "must name its database by number (redis://host:port/0)",
+                    "must name its database by number (redis://host:port/0 or rediss://…)",
                 );
             }
             let Some(stream) = d.stream else {
@@ -357,12 +361,9 @@ async fn check_broker_url(
         .map_err(|e| unprocessable(e.to_string()))?;
     if let Some(url::Host::Domain(host)) = checked.host() {
         let port = checked
-            .port_or_known_default()
-            .unwrap_or(if checked.scheme() == "nats" {
-                4222
-            } else {
-                5672
-            });
+            .port()
+            .or_else(|| broker_default_port(checked.scheme()))
+            .unwrap_or(5672);
         state
             .egress
             .resolve_checked(host, port)

@@ -72,10 +72,11 @@ pub struct CreateEndpoint {
     #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub total_timeout_ms: Option<u32>,
     /// CA certificates (PEM) trusted for this endpoint beside the operator's and the
-    /// system's: for a receiver whose certificate a private CA signed.
+    /// system's: for a receiver or a broker (`amqps://`, `tls://`, `rediss://`) whose
+    /// certificate a private CA signed.
     pub tls_ca_bundle: Option<String>,
-    /// A client certificate (PEM, then any intermediates) presented when the receiver asks for
-    /// one (mTLS); given with `tls_client_key`.
+    /// A client certificate (PEM, then any intermediates) presented when the receiver or the
+    /// broker asks for one (mTLS); given with `tls_client_key`.
     pub tls_client_certificate: Option<String>,
     /// The client certificate's private key (PEM): write-only, never shown.
     pub tls_client_key: Option<String>,

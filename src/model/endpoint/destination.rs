@@ -88,6 +88,24 @@ impl Destination {
     }
 }
 
+/// The port a broker URL of `scheme` means when it names none: the protocol's registered one,
+/// with or without TLS (`amqp` 5672, `amqps` 5671, `nats` and `tls` 4222, `redis` and `rediss`
+/// 6379); `None` for a scheme no broker uses.
+pub fn broker_default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "amqp" => Some(5672),
+        "amqps" => Some(5671),
+        "nats" | "tls" => Some(4222),
+        "redis" | "rediss" => Some(6379),
+        _ => None,
+    }
+}
+
+/// Whether a broker URL of `scheme` is connected to over TLS: `amqps`, NATS's `tls`, `rediss`.
+pub fn broker_scheme_is_tls(scheme: &str) -> bool {
+    matches!(scheme, "amqps" | "tls" | "rediss")
+}
+
 /// A broker's credentials: write-only, never shown, logged or put in an error.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DestinationCredentials {
@@ -147,6 +165,24 @@ mod tests {
         };
         let col = d.to_column().unwrap();
         assert_eq!(Destination::from_column(Some(&col), "ignored"), d);
+    }
+
+    #[test]
+    fn each_broker_scheme_has_its_port_and_the_tls_ones_are_known() {
+        let cases = [
+            ("amqp", 5672, false),
+            ("amqps", 5671, true),
+            ("nats", 4222, false),
+            ("tls", 4222, true),
+            ("redis", 6379, false),
+            ("rediss", 6379, true),
+        ];
+        for (scheme, port, tls) in cases {
+            assert_eq!(broker_default_port(scheme), Some(port), "{scheme}");
+            assert_eq!(broker_scheme_is_tls(scheme), tls, "{scheme}");
+        }
+        assert_eq!(broker_default_port("https"), None);
+        assert!(!broker_scheme_is_tls("https"));
     }
 
     #[test]

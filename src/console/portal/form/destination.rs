@@ -113,7 +113,7 @@ pub fn section(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
         details open[open] {
             summary { "Destination: HTTP or a message broker" }
             label for="f-destination-type" {
-                "Type " span.hint { "HTTP POSTs to the URL; a broker type publishes to the broker at the URL (amqp://host:port/vhost, nats://host:port, redis://host:port/db)" }
+                "Type " span.hint { "HTTP POSTs to the URL; a broker type publishes to the broker at the URL (amqp://host:port/vhost, nats://host:port, redis://host:port/db; over TLS amqps://, tls://, rediss://, trusting the CA certificates under HTTPS and authentication)" }
             }
             select id="f-destination-type" name="destination.type" {
                 option value="http" selected[kind.is_empty() || kind == "http"] { "HTTP" }

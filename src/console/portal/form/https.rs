@@ -169,10 +169,10 @@ pub fn section(values: &EndpointForm, error: Option<&FieldError>) -> Markup {
         details.https open[open] {
             summary { "HTTPS and authentication" }
             (area("tls_ca_bundle", "CA certificates (PEM)",
-                "trusted for this endpoint beside the usual ones, for a certificate a private CA signed; optional",
+                "trusted for this endpoint beside the usual ones, for a receiver's or a broker's certificate a private CA signed; optional",
                 &values.tls_ca_bundle, error))
             (area("tls_client_certificate", "Client certificate (PEM)",
-                "presented when your receiver asks for one (mTLS); optional",
+                "presented when your receiver or broker asks for one (mTLS); optional",
                 &values.tls_client_certificate, error))
             (area("tls_client_key", "Client key (PEM)",
                 "write-only: never shown; blank keeps the stored key",
