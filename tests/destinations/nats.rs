@@ -292,13 +292,12 @@ async fn a_stream_at_its_limits_is_backpressure_and_the_retry_delivers() {
 /// 503, `broker_blocked`), not a subject no stream captures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_jetstream_is_backpressure_not_a_missing_stream() {
-    let Some(server) = servers::start("nats-server", &["-a", "127.0.0.1", "-p", "{port}"]).await
-    else {
+    let Some((_server, port, _log)) = servers::nats(&[]).await else {
         return;
     };
     let s = Sluice::start(test_settings()).await;
     let (_, token) = s.tenant("acme").await;
-    let url = format!("nats://127.0.0.1:{}", server.port);
+    let url = format!("nats://127.0.0.1:{port}");
     let (status, created) = s
         .post(
             &token,
@@ -318,26 +317,14 @@ async fn a_server_without_jetstream_is_backpressure_not_a_missing_stream() {
 /// password nor the token shows in the attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_are_broker_auth() {
-    let Some(server) = servers::start(
-        "nats-server",
-        &[
-            "-a",
-            "127.0.0.1",
-            "-p",
-            "{port}",
-            "--user",
-            "sluice",
-            "--pass",
-            "right-pass",
-        ],
-    )
-    .await
+    let Some((_server, port, _log)) =
+        servers::nats(&["--user", "sluice", "--pass", "right-pass"]).await
     else {
         return;
     };
     let s = Sluice::start(test_settings()).await;
     let (_, token) = s.tenant("acme").await;
-    let url = format!("nats://127.0.0.1:{}", server.port);
+    let url = format!("nats://127.0.0.1:{port}");
     let (status, created) = s
         .post(
             &token,

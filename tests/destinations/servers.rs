@@ -1,58 +1,76 @@
-//! NATS servers of a test's own, for what the shared one must not be put through (no
-//! JetStream, a password): started on a free port, killed when dropped. (Redis has the
-//! testkit's `RedisServer`.)
+//! Broker servers of a test's own, for what the shared ones must not be put through (no
+//! JetStream, a password, TLS): a child process on a loopback port of its own, killed when
+//! the test ends. (Redis without TLS has the testkit's `RedisServer`.)
 
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use tokio::net::TcpStream;
 
 use super::support::{self, eventually};
 
 /// A server process, killed (and reaped) when dropped, also when the test fails.
-pub(super) struct Server {
-    child: Child,
-    pub port: u16,
-}
+pub(super) struct Running(std::process::Child);
 
-impl Drop for Server {
+impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
-/// `program` with `args` (where `{port}` is a free port), once it accepts connections; None
-/// (a loud skip) when it is not installed and services are not required.
-pub(super) async fn start(program: &str, args: &[&str]) -> Option<Server> {
-    let port = support::free_port();
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| a.replace("{port}", &port.to_string()))
-        .collect();
-    let child = match Command::new(program)
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+/// `name` on `PATH` (or in `/usr/sbin`, `/usr/bin`), or `None`: a loud skip, which is a failure
+/// under `SLUICE_REQUIRE_SERVICES=1`.
+pub(super) fn binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|d| d.join(name))
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        assert!(
+            !support::services_required(),
+            "{name} not found but SLUICE_REQUIRE_SERVICES=1"
+        );
+        eprintln!("SKIPPED: {name} not found; this test did not run");
+    }
+    found
+}
+
+/// Start `binary` with `args`, its output in `log`, and wait for `port` to accept.
+pub(super) async fn start(binary: &Path, args: &[String], log: &Path, port: u16) -> Running {
+    let out = std::fs::File::create(log).unwrap();
+    let child = std::process::Command::new(binary)
+        .args(args)
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
         .spawn()
-    {
-        Ok(child) => child,
-        Err(e) => {
-            assert!(
-                !support::services::services_required(),
-                "{program} is not installed: {e}"
-            );
-            eprintln!("SKIPPED: {program} is not installed: {e}");
-            return None;
-        }
-    };
-    let server = Server { child, port };
+        .unwrap();
+    let running = Running(child);
+    let up = eventually(Duration::from_secs(20), || async {
+        TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    })
+    .await;
     assert!(
-        eventually(Duration::from_secs(10), || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-        })
-        .await,
-        "{program} did not listen on {port}"
+        up,
+        "{} is not listening on {port}: {}",
+        binary.display(),
+        std::fs::read_to_string(log).unwrap_or_default()
     );
-    Some(server)
+    running
+}
+
+/// A plain `nats-server` on a free port with `extra` arguments; it, its port, and the
+/// directory of its log. `None` without a binary.
+pub(super) async fn nats(extra: &[&str]) -> Option<(Running, u16, tempfile::TempDir)> {
+    let nats = binary("nats-server")?;
+    let port = support::free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = ["-a", "127.0.0.1", "-p", &port.to_string()]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let running = start(&nats, &args, &dir.path().join("nats.log"), port).await;
+    Some((running, port, dir))
 }

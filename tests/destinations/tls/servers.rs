@@ -2,14 +2,13 @@
 //! a `nats-server` or `redis-server` child process killed when the test ends, and a TLS
 //! terminator in front of the shared RabbitMQ (which listens in plain only).
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sluice_testkit::tls::{Issued, TestCa, Validity, server_config};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::WAIT;
-use super::support::{self, eventually};
+pub(super) use crate::servers::{Running, binary, start};
+use crate::support;
 
 /// A test CA, a server certificate of it for `localhost`, and both written to files.
 pub(super) struct Certificates {
@@ -34,57 +33,6 @@ impl Certificates {
     pub(super) fn path(&self, name: &str) -> String {
         self.dir.path().join(name).display().to_string()
     }
-}
-
-/// A server process, killed when the test ends.
-pub(super) struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `name` on `PATH` (or in `/usr/sbin`, `/usr/bin`), or `None`: a loud skip, which is a failure
-/// under `SLUICE_REQUIRE_SERVICES=1`.
-pub(super) fn binary(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
-        .map(|d| d.join(name))
-        .find(|candidate| candidate.is_file());
-    if found.is_none() {
-        assert!(
-            !support::services_required(),
-            "{name} not found but SLUICE_REQUIRE_SERVICES=1"
-        );
-        eprintln!("SKIPPED: {name} not found; this test did not run");
-    }
-    found
-}
-
-/// Start `binary` with `args`, its output in `log`, and wait for `port` to accept.
-pub(super) async fn start(binary: &Path, args: &[String], log: &Path, port: u16) -> Running {
-    let out = std::fs::File::create(log).unwrap();
-    let child = std::process::Command::new(binary)
-        .args(args)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let running = Running(child);
-    let up = eventually(WAIT, || async {
-        TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-    })
-    .await;
-    assert!(
-        up,
-        "{} is not listening on {port}: {}",
-        binary.display(),
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
-    running
 }
 
 /// A `redis-server` with a plain port (for the test to read) and a TLS one (for sluice), asking
