@@ -14,6 +14,7 @@
 //! deadline. `amqps://`, NATS `tls://` and `rediss://` connect with TLS ([`tls`]), trusting
 //! what the endpoint's HTTP attempts would trust.
 
+mod addresses;
 mod nats;
 mod pool;
 mod rabbitmq;
@@ -67,6 +68,7 @@ pub struct Signed<'a> {
 /// The broker clients of one dispatcher.
 pub struct Brokers {
     policy: Arc<EgressPolicy>,
+    addresses: addresses::Addresses,
     roots: Arc<RootCertStore>,
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
@@ -84,6 +86,7 @@ impl Brokers {
         crate::delivery::install_tls_provider();
         Self {
             policy,
+            addresses: addresses::Addresses::default(),
             roots: crate::delivery::tls::base_roots(extra_roots),
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
@@ -201,7 +204,8 @@ impl Brokers {
     }
 
     /// The address to connect to: the URL's IP literal, or the first address of its name that
-    /// the egress guard allows (so the connection goes exactly where the check looked).
+    /// the egress guard allows (so the connection goes exactly where the check looked),
+    /// remembered for [`addresses::REMEMBERED`] rather than looked up on every attempt.
     async fn checked_address(&self, url: &url::Url) -> Result<SocketAddr, Failure> {
         let refused = |e: crate::egress::EgressError| Failure {
             kind: if e.is_refused() {
@@ -225,11 +229,15 @@ impl Brokers {
                 Ok(SocketAddr::new(IpAddr::V6(v6), port))
             }
             Some(url::Host::Domain(host)) => {
+                if let Some(ip) = self.addresses.get(host) {
+                    return Ok(SocketAddr::new(ip, port));
+                }
                 let addrs = self
                     .policy
                     .resolve_checked(host, port)
                     .await
                     .map_err(refused)?;
+                self.addresses.remember(host, addrs[0].ip());
                 Ok(addrs[0])
             }
             None => Err(Failure {
