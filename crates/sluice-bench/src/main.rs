@@ -34,6 +34,7 @@
 
 mod arrivals;
 mod backlog;
+mod blocked_broker;
 mod chart;
 mod compare;
 mod dead_endpoint;
@@ -89,6 +90,9 @@ pub enum Scenario {
     DeadEndpoint,
     /// An endpoint answering 429 + Retry-After above its capacity: the governor at work.
     Throttled,
+    /// A RabbitMQ destination whose broker blocks publishers (a memory alarm) with steady
+    /// arrivals beside healthy HTTP endpoints on a small pool: their latency must not move.
+    BlockedBroker,
     /// One tenant enqueues a large backlog while the others send normally.
     Flood,
     /// An endpoint with a rate limit, offered three times its limit, among healthy ones: what
@@ -142,6 +146,7 @@ impl Scenario {
             Scenario::Scale => "scale",
             Scenario::SlowConsumer => "slow-consumer",
             Scenario::DeadEndpoint => "dead-endpoint",
+            Scenario::BlockedBroker => "blocked-broker",
             Scenario::Throttled => "throttled",
             Scenario::Flood => "flood",
             Scenario::RateLimited => "rate-limited",
@@ -375,6 +380,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Scale => scale::run(&args).await?,
         Scenario::SlowConsumer => slow_consumer::run(&args).await?,
         Scenario::DeadEndpoint => dead_endpoint::run(&args).await?,
+        Scenario::BlockedBroker => blocked_broker::run(&args).await?,
         Scenario::Throttled => throttled::run(&args).await?,
         Scenario::Flood => flood::run(&args).await?,
         Scenario::RateLimited => rate_limited::run(&args).await?,

@@ -18,8 +18,8 @@ const REDIS: &str = "redis://127.0.0.1:6379/0";
 
 /// A running consumer: the endpoint's `destination` that delivers to it, the task reading, and
 /// what to remove when finished.
-pub(super) struct Consumer {
-    pub(super) destination: Value,
+pub(crate) struct Consumer {
+    pub(crate) destination: Value,
     task: tokio::task::JoinHandle<()>,
     made: Made,
 }
@@ -33,7 +33,7 @@ enum Made {
 
 impl Consumer {
     /// Stop reading and remove what it made (best effort: the broker keeps a leftover).
-    pub(super) async fn finish(self) {
+    pub(crate) async fn finish(self) {
         self.task.abort();
         let removed = match self.made {
             Made::Queue(channel, conn, queue) => {
@@ -62,8 +62,9 @@ impl Consumer {
     }
 }
 
-/// A durable queue behind RabbitMQ's default exchange, consumed without acknowledgements.
-pub(super) async fn rabbitmq(timeline: Arc<Timeline>) -> anyhow::Result<Consumer> {
+/// A durable queue behind RabbitMQ's default exchange, consumed without acknowledgements,
+/// timed into the timeline's `group`.
+pub(crate) async fn rabbitmq(timeline: Arc<Timeline>, group: usize) -> anyhow::Result<Consumer> {
     use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
     use lapin::types::FieldTable;
     let conn = lapin::Connection::connect(
@@ -97,7 +98,7 @@ pub(super) async fn rabbitmq(timeline: Arc<Timeline>) -> anyhow::Result<Consumer
         .await?;
     let task = tokio::spawn(async move {
         while let Some(Ok(delivery)) = deliveries.next().await {
-            timeline.delivered(0, sent_at_us(&delivery.data));
+            timeline.delivered(group, sent_at_us(&delivery.data));
         }
     });
     Ok(Consumer {
@@ -196,4 +197,36 @@ pub(super) async fn redis(timeline: Arc<Timeline>) -> anyhow::Result<Consumer> {
         task,
         made: Made::Key(conn, stream),
     })
+}
+
+/// RabbitMQ's memory alarm, raised (`rabbitmqctl set_vm_memory_high_watermark 0`: the broker
+/// blocks every publisher) and cleared again when dropped, also when the run fails.
+pub(crate) struct MemoryAlarm;
+
+impl MemoryAlarm {
+    pub(crate) fn raise() -> anyhow::Result<MemoryAlarm> {
+        watermark("0")?;
+        Ok(MemoryAlarm)
+    }
+}
+
+impl Drop for MemoryAlarm {
+    fn drop(&mut self) {
+        if let Err(e) = watermark("0.4") {
+            eprintln!("destinations: could not clear RabbitMQ's memory alarm: {e}");
+        }
+    }
+}
+
+fn watermark(fraction: &str) -> anyhow::Result<()> {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(["set_vm_memory_high_watermark", fraction])
+        .output()
+        .context("rabbitmqctl")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "rabbitmqctl set_vm_memory_high_watermark {fraction}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }

@@ -15,7 +15,7 @@
 //! - [`verdicts`]: the target (a broker reaches 0.8× HTTP's deliveries/s), pure;
 //! - [`figures`]: the report.
 
-mod consumers;
+pub(crate) mod consumers;
 mod figures;
 mod run;
 mod verdicts;

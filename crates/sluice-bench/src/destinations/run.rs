@@ -30,7 +30,7 @@ pub(super) async fn one(
     let rx = receiver::start(Mode::Fast, timeline.clone(), 0).await?;
     let consumer = match kind {
         Kind::Http => None,
-        Kind::RabbitMq => Some(consumers::rabbitmq(timeline.clone()).await?),
+        Kind::RabbitMq => Some(consumers::rabbitmq(timeline.clone(), 0).await?),
         Kind::Nats => Some(consumers::nats(timeline.clone()).await?),
         Kind::Redis => Some(consumers::redis(timeline.clone()).await?),
     };

@@ -40,6 +40,12 @@ pub(crate) enum Bad {
         /// Offered events/s.
         rate: f64,
     },
+    /// A RabbitMQ destination (a durable queue of its own) whose broker blocks publishers for
+    /// the whole load (its memory alarm raised), sent `rate` events/s.
+    BlockedBroker {
+        /// Offered events/s.
+        rate: f64,
+    },
     /// Answers 429 + Retry-After above `capacity` concurrent requests.
     Capped {
         /// Concurrent requests it serves at first.
@@ -142,6 +148,9 @@ pub(crate) struct Phase {
     pub backlog_setup_s: Option<f64>,
     /// FIFO phases: the order the store recorded the FIFO endpoints' attempts in.
     pub fifo_order: Option<FifoOrder>,
+    /// Deliveries to the bad customer when the load ended (before any drain): for a blocked
+    /// broker, what got through while it blocked publishers.
+    pub bad_delivered_during_load: u64,
 }
 
 /// The FIFO endpoints' attempts, read back from the store after the load.

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::{BAD, Bad, FifoOrder, HEALTHY, Phase, PhaseSpec};
 use crate::BenchArgs;
 use crate::backlog;
+use crate::destinations::consumers;
 use crate::load::Api;
 use crate::receiver::{self, Mode};
 use crate::stage::Stage;
@@ -54,6 +55,7 @@ pub(super) async fn run_on(
         }),
         Bad::Flood { service, .. } => Some(Mode::Slow(service)),
         Bad::Backlog { .. } | Bad::RateLimited { .. } | Bad::Fifo { .. } => Some(Mode::Fast),
+        Bad::BlockedBroker { .. } => None,
     };
     let bad_receiver: Option<Receiver> = match bad_receiver {
         Some(mode) => Some(receiver::start(mode, timeline.clone(), BAD).await?),
@@ -64,6 +66,8 @@ pub(super) async fn run_on(
         _ => None,
     };
     let mut backlog_setup_s = None;
+    // A blocked-broker phase: the queue's consumer, and the alarm while the load runs.
+    let mut broker: Option<consumers::Consumer> = None;
     // FIFO phases: the tenant's id, and each further endpoint with its own receiver.
     let mut fifo: Option<(String, Vec<String>)> = None;
     let mut fifo_receivers: Vec<Receiver> = Vec::new();
@@ -122,6 +126,14 @@ pub(super) async fn run_on(
             Some((token, id))
         }
         (Some(r), _) => Some(sluice.customer(spec.bad_name, &r.url(), lane).await?),
+        (None, Bad::BlockedBroker { .. }) => {
+            let consumer = consumers::rabbitmq(timeline.clone(), BAD).await?;
+            let token = sluice.tenant(spec.bad_name).await?;
+            let body = serde_json::json!({ "destination": consumer.destination });
+            let id = sluice.endpoint_with(&token, body).await?;
+            broker = Some(consumer);
+            Some((token, id))
+        }
         (None, _) => None,
     };
 
@@ -145,6 +157,10 @@ pub(super) async fn run_on(
         event_types: None,
     };
 
+    let alarm = match spec.bad {
+        Bad::BlockedBroker { .. } => Some(consumers::MemoryAlarm::raise()?),
+        _ => None,
+    };
     timeline.restart();
     let store_cpu0 = store_cpu.seconds();
     let until = Instant::now() + spec.duration;
@@ -158,7 +174,8 @@ pub(super) async fn run_on(
             | Bad::Blackhole { rate }
             | Bad::Capped { rate, .. }
             | Bad::RateLimited { rate, .. }
-            | Bad::Fifo { rate, .. } => api.open_loop(token.clone(), BAD, rate, until),
+            | Bad::Fifo { rate, .. }
+            | Bad::BlockedBroker { rate } => api.open_loop(token.clone(), BAD, rate, until),
             Bad::Flood {
                 backlog, producers, ..
             } => api.closed_loop(vec![token.clone()], BAD, producers, until, Some(backlog)),
@@ -181,6 +198,8 @@ pub(super) async fn run_on(
         r.set_capacity(capacity);
     }
     watch.until(until).await;
+    let bad_delivered_during_load = timeline.delivered_total(BAD);
+    drop(alarm);
     let store_cpu_s = store_cpu.seconds().zip(store_cpu0).map(|(b, a)| b - a);
     for p in producers {
         let _ = tokio::time::timeout(Duration::from_secs(30), p).await;
@@ -209,6 +228,9 @@ pub(super) async fn run_on(
     drop(fifo_receivers);
     drop(receivers);
     drop(bad_receiver);
+    if let Some(c) = broker {
+        c.finish().await;
+    }
     Ok(Phase {
         timeline,
         series,
@@ -222,6 +244,7 @@ pub(super) async fn run_on(
         claim_samples,
         backlog_setup_s,
         fifo_order,
+        bad_delivered_during_load,
     })
 }
 
