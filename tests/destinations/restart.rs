@@ -35,6 +35,25 @@ impl Drop for Stopped {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_loses_nothing_and_keeps_fifo_order() {
+    a_broker_restart_loses_nothing_and_keeps_fifo_order_on(test_settings()).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_loses_nothing_and_keeps_fifo_order_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    a_broker_restart_loses_nothing_and_keeps_fifo_order_on(sluice::config::RawSettings {
+        database_url: Some(url),
+        ..test_settings()
+    })
+    .await;
+}
+
+async fn a_broker_restart_loses_nothing_and_keeps_fifo_order_on(
+    settings: sluice::config::RawSettings,
+) {
     let _serial = serial().lock().await;
     let Some((_conn, channel)) = broker().await else {
         return;
@@ -43,7 +62,7 @@ async fn a_broker_restart_loses_nothing_and_keeps_fifo_order() {
     drop(channel);
     let s = Sluice::start(sluice::config::RawSettings {
         retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()),
-        ..test_settings()
+        ..settings
     })
     .await;
     let (_, token) = s.tenant("acme").await;
