@@ -298,7 +298,9 @@ fn failure(e: &lapin::Error) -> Failure {
             (_, 403) => ErrorKind::BrokerAuth,
             // 404 NOT_FOUND (an exchange), 530 NOT_ALLOWED on open (no such vhost).
             (_, 404) | (AMQPErrorKind::Hard(_), 530) => ErrorKind::BrokerNotFound,
-            (_, 311) => ErrorKind::TooLarge,
+            // 311 CONTENT_TOO_LARGE; 406 PRECONDITION_FAILED is how RabbitMQ refuses a publish
+            // over its `max_message_size` (a publish sets no other precondition of ours).
+            (_, 311) | (AMQPErrorKind::Soft(_), 406) => ErrorKind::TooLarge,
             (_, 312) => ErrorKind::Unroutable,
             (_, 320) => ErrorKind::ConnectionReset,
             _ => ErrorKind::Other,

@@ -367,3 +367,77 @@ async fn a_broker_that_never_answers_holds_only_its_own_attempts() {
         .unwrap();
     s.stop().await;
 }
+
+/// RabbitMQ's `max_message_size`, lowered for one test and restored when dropped.
+struct MaxMessageSize;
+
+impl MaxMessageSize {
+    fn set(bytes: u64) -> MaxMessageSize {
+        rabbitmq_env(&bytes.to_string());
+        MaxMessageSize
+    }
+}
+
+impl Drop for MaxMessageSize {
+    fn drop(&mut self) {
+        rabbitmq_env("134217728");
+    }
+}
+
+fn rabbitmq_env(bytes: &str) {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args([
+            "eval",
+            &format!("application:set_env(rabbit, max_message_size, {bytes})."),
+        ])
+        .output()
+        .expect("rabbitmqctl");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl eval: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A message over the broker's `max_message_size` is refused (406 on the channel): a failed
+/// attempt of kind `too_large`, and the endpoint's next (smaller) message still goes through
+/// on a channel made again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_brokers_max_size_is_too_large() {
+    let _serial = serial().lock().await;
+    let Some((_conn, channel)) = broker().await else {
+        return;
+    };
+    let q = queue(&channel).await;
+    let limit = MaxMessageSize::set(4096);
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let id = endpoint(&s, &token, rabbitmq("", &q, "guest")).await;
+    s.send(
+        &token,
+        "order.created",
+        json!({ "blob": "x".repeat(10_000) }),
+    )
+    .await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], "too_large", "{attempt}");
+    drop(limit);
+    s.send(&token, "order.created", json!({ "small": true }))
+        .await;
+    let attempts = format!("/v1/endpoints/{id}/attempts");
+    assert!(
+        eventually(WAIT, || async {
+            s.get(&token, &attempts).await.1["data"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["error_kind"].is_null()))
+        })
+        .await,
+        "the next message goes through: {}",
+        s.get(&token, &attempts).await.1
+    );
+    channel
+        .queue_delete(q.as_str().into(), Default::default())
+        .await
+        .unwrap();
+    s.stop().await;
+}
