@@ -5,44 +5,20 @@
 //! or its deadline; its lane caps how many pool slots it holds, so healthy latency stays at
 //! baseline. Needs RabbitMQ at 127.0.0.1:5672 (guest/guest) and `rabbitmqctl`.
 
-use super::harness::Tuning;
-use super::phase::{self, Bad, PhaseSpec};
+use super::phase::{Bad, SmallPool};
 use super::report::Report;
 use super::{BenchArgs, compare, save_chart, watch};
 
-/// A small pool, so that a blocked broker could exhaust it if its lane did not hold it.
-const DEFAULT_CONCURRENCY: u32 = 16;
-
 /// Run both phases and report.
 pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
-    let healthy = args.endpoints.unwrap_or(args.sized(20, 4));
-    let healthy_rate = args.rate.unwrap_or(args.sized(20.0, 10.0));
-    let blocked_rate = args.bad_rate.unwrap_or(args.sized(50.0, 20.0));
-    let concurrency = args.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-    let duration = args.duration(30.0);
-    let spec = |label, bad| PhaseSpec {
-        label,
-        bad_name: "blocked",
-        healthy,
-        healthy_rate,
-        bad,
-        duration,
-        tuning: Tuning {
-            concurrency: Some(concurrency),
-            ..Tuning::default()
-        },
-    };
-    let base = phase::run(args, &spec("baseline", Bad::None)).await?;
-    let blocked = Bad::BlockedBroker { rate: blocked_rate };
-    let with = phase::run(args, &spec("blocked broker", blocked)).await?;
-
+    let pair = SmallPool::run(args, "blocked", "blocked broker", |rate| {
+        Bad::BlockedBroker { rate }
+    })
+    .await?;
+    let (base, with) = (&pair.base, &pair.with);
     let mut report = Report::new("blocked-broker", args.describe());
-    report.param("duration_s", duration.as_secs_f64());
-    report.param("healthy_endpoints", healthy);
-    report.param("healthy_rate_per_endpoint", healthy_rate);
-    report.param("blocked_offered_per_s", blocked_rate);
-    report.param("concurrency", concurrency);
-    compare::healthy_figures(&mut report, &base, &with, "blocked");
+    pair.params(&mut report, "blocked");
+    compare::healthy_figures(&mut report, base, with, "blocked");
     let d = with.duration_s;
     report.figure(
         "pool_free_min",
@@ -84,12 +60,15 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         "the alarm is cleared when the load ends; the blocked destination's messages are \
          delivered by their retries after the phase, which this scenario does not wait for",
     );
-    compare::keep_series(&mut report, &base, &with);
-    let panels = [compare::latency_panel(&base, &with, "blocked")];
+    compare::keep_series(&mut report, base, with);
+    let panels = [compare::latency_panel(base, with, "blocked")];
     save_chart(
         args,
         &mut report,
-        &format!("blocked-broker: a blocked RabbitMQ at {blocked_rate}/s, pool of {concurrency}"),
+        &format!(
+            "blocked-broker: a blocked RabbitMQ at {}/s, pool of {}",
+            pair.bad_rate, pair.concurrency
+        ),
         &panels,
     )?;
     Ok(report)

@@ -4,44 +4,21 @@
 //! so the pool is never exhausted and healthy throughput and latency stay at baseline.
 
 use super::chart::{Line, Panel};
-use super::harness::Tuning;
-use super::phase::{self, BAD, Bad, HEALTHY, PhaseSpec};
+use super::phase::{BAD, Bad, HEALTHY, SmallPool};
 use super::report::Report;
 use super::{BenchArgs, compare, save_chart, watch};
 
-/// A small pool, so that a dead endpoint could exhaust it if its lane did not hold it.
-const DEFAULT_CONCURRENCY: u32 = 16;
-
 /// Run both phases and report.
 pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
-    let healthy = args.endpoints.unwrap_or(args.sized(20, 4));
-    let healthy_rate = args.rate.unwrap_or(args.sized(20.0, 10.0));
-    let dead_rate = args.bad_rate.unwrap_or(args.sized(50.0, 20.0));
-    let concurrency = args.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-    let duration = args.duration(30.0);
-    let spec = |label, bad| PhaseSpec {
-        label,
-        bad_name: "dead",
-        healthy,
-        healthy_rate,
-        bad,
-        duration,
-        tuning: Tuning {
-            concurrency: Some(concurrency),
-            ..Tuning::default()
-        },
-    };
-    let base = phase::run(args, &spec("baseline", Bad::None)).await?;
-    let dead = Bad::Blackhole { rate: dead_rate };
-    let with = phase::run(args, &spec("dead endpoint", dead)).await?;
-
+    let pair = SmallPool::run(args, "dead", "dead endpoint", |rate| Bad::Blackhole {
+        rate,
+    })
+    .await?;
+    let (base, with, concurrency) = (&pair.base, &pair.with, pair.concurrency);
+    let dead_rate = pair.bad_rate;
     let mut report = Report::new("dead-endpoint", args.describe());
-    report.param("duration_s", duration.as_secs_f64());
-    report.param("healthy_endpoints", healthy);
-    report.param("healthy_rate_per_endpoint", healthy_rate);
-    report.param("dead_offered_per_s", dead_rate);
-    report.param("concurrency", concurrency);
-    compare::healthy_figures(&mut report, &base, &with, "dead");
+    pair.params(&mut report, "dead");
+    compare::healthy_figures(&mut report, base, with, "dead");
 
     let d = with.duration_s;
     let free = with.series.get("free_slots").cloned().unwrap_or_default();
@@ -121,7 +98,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
          2 s are skipped as warm-up",
     );
 
-    compare::keep_series(&mut report, &base, &with);
+    compare::keep_series(&mut report, base, with);
     report.series("with.pool_free_slots", free.clone());
     let throughput = vec![
         Line::new(
@@ -148,7 +125,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         ),
     ];
     let panels = [
-        compare::latency_panel(&base, &with, "dead"),
+        compare::latency_panel(base, with, "dead"),
         Panel::linear("healthy throughput", "deliveries per second", throughput),
         Panel::linear(
             "the pool and the dead endpoint's share of it",

@@ -210,3 +210,64 @@ impl Phase {
         watch::last(&self.series, "bad.shed_total").map(|n| n / self.duration_s)
     }
 }
+
+/// A baseline and a phase with one bad customer beside the healthy ones, on a small pool
+/// (`--concurrency 16` by default) so the bad one could exhaust it if its lane did not hold
+/// it: 20 healthy endpoints at 20 events/s each, the bad one at 50 events/s, 30 s each.
+pub(crate) struct SmallPool {
+    pub healthy: usize,
+    pub healthy_rate: f64,
+    pub bad_rate: f64,
+    pub concurrency: u32,
+    pub duration: Duration,
+    pub base: Phase,
+    pub with: Phase,
+}
+
+impl SmallPool {
+    /// Run the baseline, then the phase with `bad(rate)` named `bad_name`.
+    pub(crate) async fn run(
+        args: &BenchArgs,
+        bad_name: &'static str,
+        label: &'static str,
+        bad: impl FnOnce(f64) -> Bad,
+    ) -> anyhow::Result<SmallPool> {
+        let healthy = args.endpoints.unwrap_or(args.sized(20, 4));
+        let healthy_rate = args.rate.unwrap_or(args.sized(20.0, 10.0));
+        let bad_rate = args.bad_rate.unwrap_or(args.sized(50.0, 20.0));
+        let concurrency = args.concurrency.unwrap_or(16);
+        let duration = args.duration(30.0);
+        let spec = |label, bad| PhaseSpec {
+            label,
+            bad_name,
+            healthy,
+            healthy_rate,
+            bad,
+            duration,
+            tuning: Tuning {
+                concurrency: Some(concurrency),
+                ..Default::default()
+            },
+        };
+        let base = run(args, &spec("baseline", Bad::None)).await?;
+        let with = run(args, &spec(label, bad(bad_rate))).await?;
+        Ok(SmallPool {
+            healthy,
+            healthy_rate,
+            bad_rate,
+            concurrency,
+            duration,
+            base,
+            with,
+        })
+    }
+
+    /// The report's parameters: the phases' length, the healthy load, the bad one's, the pool.
+    pub(crate) fn params(&self, report: &mut crate::report::Report, bad: &str) {
+        report.param("duration_s", self.duration.as_secs_f64());
+        report.param("healthy_endpoints", self.healthy);
+        report.param("healthy_rate_per_endpoint", self.healthy_rate);
+        report.param(&format!("{bad}_offered_per_s"), self.bad_rate);
+        report.param("concurrency", self.concurrency);
+    }
+}
