@@ -225,6 +225,7 @@ fn documented(metrics: MetricsOn) -> OpenApiRouter<AppState> {
         .routes(routes!(endpoints::actions::enable))
         .routes(routes!(endpoints::actions::disable))
         .routes(routes!(endpoints::actions::rotate_secret))
+        .routes(routes!(endpoints::jwks::jwks))
         .routes(routes!(endpoints::tls::rotate_client_certificate))
         .routes(routes!(endpoints::actions::events))
         .routes(routes!(endpoints::status::status))

@@ -133,6 +133,9 @@ pub struct EndpointOut {
     pub public_key: Option<String>,
     /// Until when the previous key still signs too (after a rotation); both signatures are sent.
     pub previous_secret_until: Option<Timestamp>,
+    /// Where a receiver fetches the `v1a` public keys signing now, as a JSON Web Key Set,
+    /// without a token (relative to the API's address); absent while only `v1` keys sign.
+    pub jwks_url: Option<String>,
     /// CA certificates (PEM) trusted for this endpoint beside the operator's and the system's,
     /// re-encoded (nothing around them is kept). Left out of lists, which show
     /// `tls_ca_bundle_sha256`.
@@ -310,6 +313,17 @@ impl TlsShown {
     }
 }
 
+/// The Ed25519 keys `e` signs with at `now_ms` (what its JWKS publishes): its key, and the
+/// previous one while the rotation's overlap runs.
+pub(crate) fn public_keys(e: &Endpoint, now_ms: i64) -> Vec<SigningKey> {
+    crate::signing::jwks::signing_keys(
+        &e.secret,
+        e.previous_secret.as_deref(),
+        e.previous_secret_until_ms,
+        now_ms,
+    )
+}
+
 impl EndpointOut {
     /// The view of `e`, with its secret when `with_secret`.
     pub fn new(e: Endpoint, with_secret: bool) -> Self {
@@ -334,6 +348,8 @@ impl EndpointOut {
                 .and_then(|k| k.public_key()),
         };
         let tls = TlsShown::of(&e.tls, with_pem);
+        let jwks_url = (!public_keys(&e, crate::clock::now_ms()).is_empty())
+            .then(|| format!("/v1/endpoints/{}/jwks.json", e.id));
         Self {
             oauth2: e.oauth2.as_ref().map(Into::into),
             destination: DestinationOut::of(&e.destination, &e.destination_credentials),
@@ -365,6 +381,7 @@ impl EndpointOut {
             signature_scheme: scheme,
             public_key,
             previous_secret_until: overlap.map(Timestamp),
+            jwks_url,
             created_at: Timestamp(e.created_at_ms),
             updated_at: Timestamp(e.updated_at_ms),
         }

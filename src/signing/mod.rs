@@ -7,6 +7,7 @@
 //! signatures go out, space-separated, whichever schemes they are.
 
 pub mod asymmetric;
+pub mod jwks;
 pub mod symmetric;
 
 use serde::{Deserialize, Serialize};

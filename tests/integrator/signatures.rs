@@ -12,6 +12,7 @@ use crate::{WAIT, get_ok, post_expect, python};
 
 const V1A: &str = "verify_v1a.py";
 const V1: &str = "verify_standardwebhooks.py";
+const JWKS: &str = "verify_jwks.py";
 
 /// Does `got` carry a `v1a` signature that verifies under `public_key`, by both checks?
 fn v1a_verifies(got: &Captured, public_key: &str) -> bool {
@@ -124,4 +125,95 @@ async fn v1a_endpoints_are_signed_with_ed25519_and_rotate_with_an_overlap() {
         "{detail}"
     );
     s.running.stop().await;
+}
+
+/// GET a key set without a token: its status, content type and body.
+async fn fetch_jwks(s: &Sluice, path: &str) -> (u16, String, serde_json::Value) {
+    let r = s
+        .http
+        .get(format!("{}{path}", s.base))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let content_type = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, content_type, r.json().await.unwrap_or_default())
+}
+
+/// The published key set (JWKS) holds the keys signing now: it verifies a delivery with a
+/// third-party JOSE library, holds both keys during a rotation's overlap and not the old one
+/// once the overlap ends; an HMAC endpoint and an unknown id have none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_published_key_set_holds_the_keys_signing_now() {
+    let s = Sluice::start_with(|raw| raw.rotation_overlap = Some("3s".into())).await;
+    let rx = Capture::start(200).await;
+    let (_, token) = s.tenant("acme").await;
+    let body = json!({ "url": rx.url(), "signature_scheme": "v1a" });
+    let created = post_expect(&s, &token, "/v1/endpoints", body, 201).await;
+    let ep = created["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/endpoints/{ep}/jwks.json");
+    assert_eq!(created["jwks_url"], path.as_str(), "{created}");
+
+    let (status, content_type, set) = fetch_jwks(&s, &path).await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(content_type, "application/jwk-set+json");
+    let keys = set["keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "{set}");
+    assert_eq!(keys[0]["kty"], "OKP");
+    assert_eq!(keys[0]["crv"], "Ed25519");
+    let first_kid = keys[0]["kid"].as_str().unwrap().to_owned();
+
+    let got = next_delivery(&s, &rx, &token, 1).await;
+    let mut input = got.verifier_input("jwks", "");
+    input["jwks"] = set.clone();
+    if let Some(theirs) = python(JWKS, &input) {
+        theirs.expect("joserfc reads the set and its key verifies the delivery");
+    }
+    // The check can fail: a set of another key does not verify it.
+    let stranger = sluice::signing::Ed25519Key::generate();
+    input["jwks"] = json!(sluice::signing::jwks::key_set([
+        &sluice::signing::SigningKey::V1a(stranger)
+    ]));
+    if let Some(theirs) = python(JWKS, &input) {
+        assert!(theirs.is_err(), "another key's set must not verify");
+    }
+
+    // A rotation: both keys, the new one first, the old one's kid unchanged.
+    let rotate = format!("/v1/endpoints/{ep}/rotate-secret");
+    post_expect(&s, &token, &rotate, json!({}), 200).await;
+    let (_, _, set) = fetch_jwks(&s, &path).await;
+    let kids: Vec<&str> = set["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(kids.len(), 2, "{set}");
+    assert_eq!(kids[1], first_kid, "a key keeps its kid");
+    // The overlap ends: only the new key.
+    assert!(
+        crate::eventually(std::time::Duration::from_secs(10), || async {
+            fetch_jwks(&s, &path).await.2["keys"]
+                .as_array()
+                .is_some_and(|k| k.len() == 1 && k[0]["kid"] != first_kid.as_str())
+        })
+        .await,
+        "the old key leaves the set when its overlap ends"
+    );
+
+    // HMAC only: no key set, and no jwks_url.
+    let v1 = post_expect(&s, &token, "/v1/endpoints", json!({ "url": rx.url() }), 201).await;
+    assert!(v1["jwks_url"].is_null(), "{v1}");
+    let v1_path = format!("/v1/endpoints/{}/jwks.json", v1["id"].as_str().unwrap());
+    assert_eq!(fetch_jwks(&s, &v1_path).await.0, 404);
+    assert_eq!(
+        fetch_jwks(&s, "/v1/endpoints/ep_nosuchendpoint0000000/jwks.json")
+            .await
+            .0,
+        404
+    );
 }

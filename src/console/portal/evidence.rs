@@ -174,11 +174,19 @@ pub async fn show(
         })
         .await?
         .len();
+    let public_keys = crate::api::views::public_keys(&e, now);
     let body = html! {
         div data-refresh="15" {}
         h1.url { (e.url) }
         p.row { (state_badge(&e)) span.muted.mono { (e.id) }
             @if !e.event_types.is_empty() { span.muted { "· " (e.event_types.join(", ")) } } }
+        @if !public_keys.is_empty() {
+            p.row id="jwks" {
+                span.muted { "Signed with Ed25519 (v1a): receivers fetch the public keys from " }
+                a.mono href={"/v1/endpoints/" (e.id) "/jwks.json"} { "/v1/endpoints/" (e.id) "/jwks.json" }
+                span.muted { " (" (public_keys.len()) " signing now)" }
+            }
+        }
         (actions(&e, &portal.csrf))
         h2 { "Evidence" }
         (panel(&st))
