@@ -363,3 +363,43 @@ async fn dead_letters_are_listed_and_replayed_from_the_portal() {
     let (_, events) = s.get(&token, &format!("/v1/endpoints/{ep}/events")).await;
     assert!(events.to_string().contains("replayed"), "{events}");
 }
+
+/// A `v1a` endpoint's page names where its public keys are published (the JWKS); a `v1`
+/// endpoint's page has no key set to name.
+#[tokio::test]
+async fn a_v1a_endpoints_page_links_its_published_keys() {
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, v1a) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "url": "http://127.0.0.1:9/hook", "signature_scheme": "v1a" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{v1a}");
+    let (_, v1) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "url": "http://127.0.0.1:9/other" }),
+        )
+        .await;
+    let c = portal_client(&s, &token).await;
+    let id = v1a["id"].as_str().unwrap();
+    let page = c.get(&format!("/console/portal/endpoints/{id}")).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains(&format!("/v1/endpoints/{id}/jwks.json")),
+        "{}",
+        page.body
+    );
+    let other = c
+        .get(&format!(
+            "/console/portal/endpoints/{}",
+            v1["id"].as_str().unwrap()
+        ))
+        .await;
+    assert!(!other.body.contains("jwks.json"), "{}", other.body);
+    s.stop().await;
+}
