@@ -8,6 +8,16 @@ use sluice_testkit::process::Process;
 
 use super::{app, send, sqlstate, support};
 
+/// A call refused: tenant, event type, payload, key; the SQLSTATE and the field named.
+type Refusal<'a> = (
+    &'a str,
+    &'a str,
+    serde_json::Value,
+    Option<&'a str>,
+    &'a str,
+    &'a str,
+);
+
 /// Each refusal: its SQLSTATE (class SL), a message that starts with the field, the field as
 /// the error's column; and a refused call stores nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,7 +40,7 @@ async fn refusals_carry_a_stable_sqlstate_and_name_the_field() {
     let long_type = "a".repeat(257);
     let at_limit = json!("x".repeat(62)); // 64 bytes with its quotes
     let over_limit = json!("x".repeat(63));
-    let cases: Vec<(&str, &str, serde_json::Value, Option<&str>, &str, &str)> = vec![
+    let cases: Vec<Refusal> = vec![
         (
             "ten_nobody",
             "order.created",
