@@ -4,7 +4,9 @@
 //! commits before it returns; settles and enqueues are one statement over arrays (`unnest`),
 //! each committed on its own, so a batch costs one round trip however large it is. New work is
 //! announced with `NOTIFY sluice_work`, which a listener connection relays to idle dispatchers
-//! (see [`background`]).
+//! (see [`background`]). Its tables live in a schema of their own, every connection's search
+//! path (see [`schema`]), beside them `send_message`, which applications call inside their own
+//! transactions (migration 19).
 
 mod background;
 mod claim;
@@ -256,9 +258,10 @@ impl PostgresStore {
     }
 
     /// Apply pending migrations in sluice's schema (made ready first, see [`schema::prepare`]).
-    /// The advisory lock comes first, before the schema or `schema_migrations` is even created, so processes started at once on an empty database take turns instead of
-    /// racing on `CREATE TABLE` (all in one transaction: DDL is transactional in PostgreSQL,
-    /// and the lock is held until the commit).
+    /// The advisory lock comes first, before the schema or `schema_migrations` is even created,
+    /// so processes started at once on an empty database take turns instead of racing on
+    /// `CREATE SCHEMA` or `CREATE TABLE` (all in one transaction: DDL is transactional in
+    /// PostgreSQL, and the lock is held until the commit).
     async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;

@@ -65,10 +65,10 @@ pub fn schema_problem(schema: &str) -> Option<&'static str> {
     }
 }
 
-/// Bound every connection, and put it in sluice's schema: connect timeout (unless the URL sets one), TCP keepalive and user
-/// timeout, and server-side statement and idle-in-transaction timeouts. Options already in
-/// the URL come after ours, so an operator's explicit `-c statement_timeout=…` wins (all but
-/// the search path, which is `--database-schema`'s).
+/// Bound every connection, and put it in sluice's schema: connect timeout (unless the URL sets
+/// one), TCP keepalive and user timeout, server-side statement and idle-in-transaction
+/// timeouts, the search path. Options already in the URL come after ours, so an operator's
+/// explicit `-c statement_timeout=…` wins (all but the search path: `--database-schema`'s).
 pub(super) fn configure(config: &mut tokio_postgres::Config, options: &PostgresOptions) {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(options.deadline);
