@@ -1,5 +1,5 @@
-//! The command line: `serve`, `migrate`, `size` (and `plan`, `bench`). Thin: parsing and printing
-//! only; the work lives in the library.
+//! The command line: `serve`, `migrate`, `grant-sender`, `size` (and `plan`, `bench`). Thin:
+//! parsing only; the work lives in the library.
 
 use std::path::PathBuf;
 
