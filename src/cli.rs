@@ -1,5 +1,5 @@
-//! The command line: `serve`, `migrate`, `size` (and `plan`, `bench`). Thin: parsing and printing
-//! only; the work lives in the library.
+//! The command line: `serve`, `migrate`, `grant-sender`, `size` (and `plan`, `bench`). Thin:
+//! parsing only; the work lives in the library.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,8 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Create or upgrade the database schema, then exit (`serve` migrates on start as well).
     Migrate(MigrateArgs),
+    /// PostgreSQL: let a role call `send_message` (transactional enqueue) and nothing else.
+    GrantSender(GrantSenderArgs),
     /// Run a receiver that prints each webhook and verifies its signature (for trying sluice).
     Receive(ReceiveArgs),
     /// Size a worker pool: Little's Law, square-root staffing, Erlang C, process layout.
@@ -58,15 +60,43 @@ pub struct ServeArgs {
 /// `sluice migrate`: only what names the store.
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// A TOML file of settings; only `database-url` and `data-dir` are read from it.
+    /// A TOML file of settings; only `database-url`, `database-schema` and `data-dir` are read
+    /// from it.
     #[arg(long, env = "SLUICE_CONFIG")]
     pub config: Option<PathBuf>,
     /// postgres://… to migrate a PostgreSQL database (default: the embedded SQLite file)
     #[arg(long, env = "SLUICE_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// PostgreSQL schema of sluice's tables [default: sluice]
+    #[arg(long, env = "SLUICE_DATABASE_SCHEMA")]
+    pub database_schema: Option<String>,
     /// Directory of the embedded database [default: ./sluice-data]
     #[arg(long, env = "SLUICE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// First move an installation from before --database-schema out of `public` into
+    /// --database-schema (sluice's own tables and functions, in one transaction); stop every
+    /// sluice process first
+    #[arg(long)]
+    pub move_to_schema: bool,
+}
+
+/// `sluice grant-sender`: the grants of a role that may only call `send_message`.
+#[derive(Debug, Args)]
+pub struct GrantSenderArgs {
+    /// The role (it must exist) that may call send_message.
+    pub role: String,
+    /// A TOML file of settings; only `database-url` and `database-schema` are read from it.
+    #[arg(long, env = "SLUICE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// postgres://… of the database (as a role allowed to grant on sluice's schema)
+    #[arg(long, env = "SLUICE_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// PostgreSQL schema of sluice's tables [default: sluice]
+    #[arg(long, env = "SLUICE_DATABASE_SCHEMA")]
+    pub database_schema: Option<String>,
+    /// Print the statements instead of running them
+    #[arg(long)]
+    pub print: bool,
 }
 
 /// `sluice size`.

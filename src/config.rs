@@ -63,6 +63,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// PostgreSQL (or `sqlite:PATH`) instead of the embedded default.
     pub database_url: Option<String>,
+    /// PostgreSQL: the schema of sluice's tables and of `send_message`.
+    pub database_schema: String,
     /// Redis for fleet-wide lanes.
     pub redis_url: Option<String>,
     /// What this process runs.
@@ -287,6 +289,10 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_DATABASE_URL")]
         #[serde(alias = "database_url")]
         pub database_url: Option<String>,
+        /// PostgreSQL schema of sluice's tables and of its send_message function, created when missing; `public` keeps an installation from before this setting where it is [default: sluice]
+        #[arg(long, env = "SLUICE_DATABASE_SCHEMA")]
+        #[serde(alias = "database_schema")]
+        pub database_schema: Option<String>,
         /// redis://… to hold lanes and rate limits exactly across the fleet (without it each dispatcher holds its share) [default: none]
         #[arg(long, env = "SLUICE_REDIS_URL")]
         #[serde(alias = "redis_url")]
@@ -538,6 +544,11 @@ impl RawSettings {
                 "database-url: {url:?} must start with postgres:// or sqlite:"
             ));
         }
+        if let Some(schema) = &self.database_schema
+            && let Some(valid) = crate::store::postgres::schema_problem(schema)
+        {
+            errors.push(format!("database-schema: {schema:?} must be {valid}"));
+        }
         if let Some(url) = &self.redis_url
             && !(url.starts_with("redis://") || url.starts_with("rediss://"))
         {
@@ -571,6 +582,9 @@ impl RawSettings {
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from("sluice-data")),
             database_url: self.database_url,
+            database_schema: self
+                .database_schema
+                .unwrap_or_else(|| crate::store::postgres::DEFAULT_SCHEMA.to_owned()),
             redis_url: self.redis_url,
             role: self.role.unwrap_or(Role::All),
             admin_token: self.admin_token,

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
-use sluice::cli::{BenchArgs, Cli, Command, MigrateArgs, ReceiveArgs, ServeArgs, SizeArgs};
+use sluice::cli::{
+    BenchArgs, Cli, Command, GrantSenderArgs, MigrateArgs, ReceiveArgs, ServeArgs, SizeArgs,
+};
 use sluice::config::{Config, RawSettings};
 use sluice::sizing::{SizeRequest, Surge, WaitTarget};
 
@@ -20,6 +22,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench(args),
         Command::Serve(args) => with_runtime(serve(*args)),
         Command::Migrate(args) => with_runtime(migrate(args)),
+        Command::GrantSender(args) => with_runtime(grant_sender(args)),
     }
 }
 
@@ -134,19 +137,43 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `sluice migrate`: open the store (which migrates it) and say which.
+/// `sluice migrate`: open the store (which migrates it) and say which; with
+/// `--move-to-schema`, first move an installation out of `public`.
 async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     let file = match &args.config {
         Some(path) => RawSettings::from_toml_file(path)?,
         None => RawSettings::default(),
     };
     let database_url = args.database_url.or(file.database_url);
+    let schema = args
+        .database_schema
+        .or(file.database_schema)
+        .unwrap_or_else(|| sluice::store::postgres::DEFAULT_SCHEMA.to_owned());
     let data_dir = args
         .data_dir
         .or(file.data_dir)
         .unwrap_or_else(|| "sluice-data".into());
     sluice::delivery::install_tls_provider();
-    sluice::store::open(database_url.as_deref(), &data_dir, Default::default())
+    if args.move_to_schema {
+        let url = database_url
+            .as_deref()
+            .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
+            .ok_or_else(|| {
+                anyhow::anyhow!("--move-to-schema needs a postgres:// --database-url")
+            })?;
+        let mut client = connect_plain(url).await?;
+        let moved = sluice::store::postgres::schema::move_from_public(&mut client, &schema)
+            .await
+            .map_err(sluice::serve::StartError::from)?;
+        println!(
+            "moved into schema {schema}: tables {}; functions {}",
+            moved.tables.join(", "),
+            moved.functions.join(", ")
+        );
+    }
+    let mut options = sluice::store::OpenOptions::default();
+    options.postgres.schema = schema;
+    sluice::store::open(database_url.as_deref(), &data_dir, options)
         .await
         .map_err(sluice::serve::StartError::from)?;
     println!(
@@ -154,6 +181,52 @@ async fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
         store_name(database_url.as_deref(), &data_dir)
     );
     Ok(())
+}
+
+/// `sluice grant-sender ROLE`: grant (or print) what lets ROLE call `send_message` only.
+async fn grant_sender(args: GrantSenderArgs) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => RawSettings::from_toml_file(path)?,
+        None => RawSettings::default(),
+    };
+    let schema = args
+        .database_schema
+        .or(file.database_schema)
+        .unwrap_or_else(|| sluice::store::postgres::DEFAULT_SCHEMA.to_owned());
+    if let Some(valid) = sluice::store::postgres::schema_problem(&schema) {
+        anyhow::bail!("database-schema: {schema:?} must be {valid}");
+    }
+    let sql = sluice::store::postgres::schema::sender_grants(&schema, &args.role);
+    if args.print {
+        print!("{sql}");
+        return Ok(());
+    }
+    let url = args
+        .database_url
+        .or(file.database_url)
+        .ok_or_else(|| anyhow::anyhow!("grant-sender needs --database-url (or --print)"))?;
+    let client = connect_plain(&url).await?;
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| match e.as_db_error() {
+            Some(db) => anyhow::anyhow!("cannot grant: {} ({})", db.message(), db.code().code()),
+            None => anyhow::anyhow!("cannot grant: {e}"),
+        })?;
+    println!(
+        "role {} may call {schema}.send_message, and read or write none of sluice's tables",
+        args.role
+    );
+    Ok(())
+}
+
+/// One plain connection for a one-off command, its connection driven in the background.
+async fn connect_plain(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", redact(url)))?;
+    tokio::spawn(connection);
+    Ok(client)
 }
 
 async fn shutdown_signal() {

@@ -127,6 +127,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             },
             postgres: PostgresOptions {
                 deadline: config.store_deadline,
+                schema: config.database_schema.clone(),
             },
         },
     )
@@ -134,6 +135,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     // Everything in this process (API, dispatcher, bootstrap) answers within the deadline.
     let store = Bounded::wrap(store, config.store_deadline);
     let (admin_hash, generated_admin_token) = admin_token(&store, &config).await?;
+    if config.role.runs_api() {
+        // PostgreSQL's `send_message` reads the limit from here, so both ways in refuse the
+        // same payloads (processes with different limits: the last one started wins).
+        store
+            .set_setting(
+                store::MAX_PAYLOAD_SETTING,
+                &config.max_payload_bytes.to_string(),
+            )
+            .await?;
+    }
     let metrics = Arc::new(Metrics::with_settings(config.metrics));
     let shutdown = Shutdown::new();
 

@@ -210,6 +210,7 @@ async fn postgres_cancels_a_statement_at_the_deadline() {
         &url,
         PostgresOptions {
             deadline: Duration::from_secs(1),
+            ..PostgresOptions::default()
         },
     )
     .await
@@ -265,6 +266,7 @@ async fn migrations_wait_past_the_deadline_for_another_process() {
                 &url,
                 PostgresOptions {
                     deadline: Duration::from_millis(500),
+                    ..PostgresOptions::default()
                 },
             )
             .await

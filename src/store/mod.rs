@@ -423,6 +423,10 @@ pub const PROBE_ROOM_BYTES: usize = 64 * 1024;
 /// the database (of processes starting together, one wins and all read it).
 pub const ROW_ID_KEY_SETTING: &str = "row_id_key";
 
+/// The settings key of the API's largest payload (`--max-payload-bytes`), which `serve`
+/// writes at start-up so that PostgreSQL's `send_message` refuses what the API would.
+pub const MAX_PAYLOAD_SETTING: &str = "max_payload_bytes";
+
 /// The settings key of the write probe's heartbeat (milliseconds since the epoch).
 pub const PROBE_SETTING: &str = "write_probe_at_ms";
 
@@ -436,7 +440,7 @@ pub async fn purge_expired(store: &dyn Store, prefix: &str, now_ms: i64) {
 }
 
 /// Driver options for [`open`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
     /// The embedded driver's options.
     pub sqlite: sqlite::SqliteOptions,

@@ -4,7 +4,9 @@
 //! commits before it returns; settles and enqueues are one statement over arrays (`unnest`),
 //! each committed on its own, so a batch costs one round trip however large it is. New work is
 //! announced with `NOTIFY sluice_work`, which a listener connection relays to idle dispatchers
-//! (see [`background`]).
+//! (see [`background`]). Its tables live in a schema of their own, every connection's search
+//! path (see [`schema`]), beside them `send_message`, which applications call inside their own
+//! transactions (migration 19).
 
 mod background;
 mod claim;
@@ -12,6 +14,7 @@ mod errors;
 mod heartbeats;
 mod options;
 mod queries;
+pub mod schema;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +25,8 @@ use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 
 pub(crate) use errors::pg;
-pub use options::PostgresOptions;
 use options::configure;
+pub use options::{DEFAULT_SCHEMA, PostgresOptions, schema_problem};
 
 use background::{DueVacuum, FirstAnalyze, announce, listen, maintain};
 
@@ -58,6 +61,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         18,
         include_str!("sql/postgres_018_endpoint_destination.sql"),
     ),
+    (19, include_str!("sql/postgres_019_send_message.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;
@@ -121,6 +125,8 @@ pub struct PostgresStore {
     in_doubt: claim::InDoubt,
     /// Public ids of deliveries and attempts.
     row_ids: crate::ids::RowIds,
+    /// The schema of sluice's tables (every connection's search path).
+    schema: Arc<str>,
 }
 
 impl PostgresStore {
@@ -134,7 +140,13 @@ impl PostgresStore {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::Database(format!("bad database url: {e}")))?;
-        configure(&mut config, options);
+        if let Some(valid) = options::schema_problem(&options.schema) {
+            return Err(StoreError::Database(format!(
+                "database schema {:?} must be {valid}",
+                options.schema
+            )));
+        }
+        configure(&mut config, &options);
         let target: Arc<str> = errors::target(&config).into();
         let manager = Manager::from_config(
             config.clone(),
@@ -185,6 +197,7 @@ impl PostgresStore {
             in_doubt: claim::InDoubt::default(),
             // The installation's key is read once the settings table surely exists, below.
             row_ids: crate::ids::RowIds::from_secret(""),
+            schema: options.schema.as_str().into(),
         };
         store.migrate().await?;
         let key = queries::init_setting(
@@ -244,10 +257,11 @@ impl PostgresStore {
             .map_err(|e| errors::pool(e, &self.target, &self.timeouts))
     }
 
-    /// Apply pending migrations. The advisory lock comes first, before `schema_migrations` is
-    /// even created, so processes started at once on an empty database take turns instead of
-    /// racing on `CREATE TABLE` (all in one transaction: DDL is transactional in PostgreSQL,
-    /// and the lock is held until the commit).
+    /// Apply pending migrations in sluice's schema (made ready first, see [`schema::prepare`]).
+    /// The advisory lock comes first, before the schema or `schema_migrations` is even created,
+    /// so processes started at once on an empty database take turns instead of racing on
+    /// `CREATE SCHEMA` or `CREATE TABLE` (all in one transaction: DDL is transactional in
+    /// PostgreSQL, and the lock is held until the commit).
     async fn migrate(&self) -> StoreResult<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg)?;
@@ -259,6 +273,7 @@ impl PostgresStore {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
             .await
             .map_err(pg)?;
+        schema::prepare(&tx, &self.schema).await?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations \
              (version BIGINT PRIMARY KEY, applied_at_ms BIGINT NOT NULL)",

@@ -351,6 +351,15 @@ impl FreshDatabase {
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .with_context(|| format!("create database {name}"))?;
+        // The bench's own statements (counts, leases, table sizes, the history's fill) name
+        // sluice's tables unqualified: they find them in sluice's schema.
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {name} SET search_path = {}, public",
+                sluice::store::postgres::DEFAULT_SCHEMA
+            ))
+            .await
+            .with_context(|| format!("set the search path of {name}"))?;
         let mut parsed = url::Url::parse(url).context("--database-url")?;
         parsed.set_path(&format!("/{name}"));
         Ok(Self {

@@ -26,7 +26,7 @@
 //!   (reports, judges nothing; its `burst` is `history`'s and `destinations`' too),
 //!   [`destinations`] (and its broker `consumers`). The small ones are a file each:
 //!   [`throughput`], [`slow_consumer`], [`dead_endpoint`], [`throttled`], [`flood`], [`tls`],
-//!   [`rate_limited`], [`fifo`], [`drain`], [`backlog`], [`saturation`].
+//!   [`rate_limited`], [`fifo`], [`drain`], [`backlog`], [`saturation`], [`enqueue`].
 //! - [`procs`]: the `sluice serve` processes of a fleet, or a lone one (their flags from the
 //!   testkit's process harness; the `redis-server` is the testkit's too, and so is `soak`'s
 //!   freezing database proxy); [`stage`]: the sluice a phase drives, in this process or on such
@@ -40,6 +40,7 @@ mod compare;
 mod dead_endpoint;
 mod destinations;
 mod drain;
+mod enqueue;
 mod fifo;
 mod fleet;
 mod flood;
@@ -136,6 +137,10 @@ pub enum Scenario {
     /// loopback HTTP receiver, RabbitMQ, NATS JetStream and Redis Streams on 127.0.0.1:
     /// deliveries/s, latency and the broker's acknowledgement time, each broker against HTTP.
     Destinations,
+    /// PostgreSQL's two ways in, same tenant and fan-out (10 endpoints): 32 HTTP producers
+    /// POSTing to /v1/messages, then 32 connections calling sluice.send_message (a transaction
+    /// each), in alternating rounds: messages/s of each (medians), every delivery made.
+    Enqueue,
 }
 
 impl Scenario {
@@ -159,6 +164,7 @@ impl Scenario {
             Scenario::Soak => "soak",
             Scenario::History => "history",
             Scenario::Destinations => "destinations",
+            Scenario::Enqueue => "enqueue",
         }
     }
 }
@@ -393,6 +399,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Soak => soak::run(&args).await?,
         Scenario::History => history::run(&args).await?,
         Scenario::Destinations => destinations::run(&args).await?,
+        Scenario::Enqueue => enqueue::run(&args).await?,
     };
     if args.json {
         println!("{}", report.json());

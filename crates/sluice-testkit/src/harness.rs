@@ -58,6 +58,19 @@ impl Sluice {
         })
     }
 
+    /// Start with a validated configuration (for settings no flag sets, such as the
+    /// dispatcher's idle poll); it must name its database.
+    pub async fn from_config(config: sluice::config::Config) -> Sluice {
+        let running = sluice::serve::start(config).await.expect("start sluice");
+        let addr = running.addr.expect("the sluice has no API listener");
+        Sluice {
+            base: format!("http://{addr}"),
+            running,
+            http: http(),
+            _dir: None,
+        }
+    }
+
     /// Stop it (drain) and remove its temporary data directory.
     pub async fn stop(self) {
         let _ = self.running.stop().await;

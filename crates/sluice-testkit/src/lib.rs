@@ -38,8 +38,8 @@ pub mod tls;
 pub use harness::{ADMIN, Sluice, test_settings};
 pub use redis_server::RedisServer;
 pub use services::{
-    fresh_postgres, fresh_postgres_store, fresh_sqlite, postgres_client, postgres_store,
-    python_verifier, redis_url, services_required,
+    bare_postgres, fresh_postgres, fresh_postgres_store, fresh_sqlite, postgres_client,
+    postgres_store, python_verifier, redis_url, services_required,
 };
 
 /// Poll `check` every 50 ms until it holds or `timeout` passes; returns whether it held.

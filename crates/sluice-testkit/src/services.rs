@@ -80,6 +80,44 @@ pub async fn fresh_postgres() -> Option<String> {
         },
         config.get_ports().first().copied().unwrap_or(5432),
     );
+    // sluice keeps its tables in a schema of its own (`--database-schema`, default `sluice`,
+    // every store connection's search path). A test's own clients find them there too: the
+    // database's default search path names it first, and it exists from the start, so a test
+    // that writes an older version's tables by hand writes them where sluice looks.
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} SET search_path = {schema}, public",
+            schema = sluice::store::postgres::DEFAULT_SCHEMA
+        ))
+        .await
+        .expect("set the test database's search path");
+    let (inside, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+    tokio::spawn(conn);
+    inside
+        .batch_execute(&format!(
+            "CREATE SCHEMA {}",
+            sluice::store::postgres::DEFAULT_SCHEMA
+        ))
+        .await
+        .expect("create sluice's schema");
+    Some(url)
+}
+
+/// A fresh, empty PostgreSQL database as an operator's would be: no schema of sluice's, the
+/// server's default search path; or None (skip) without a server.
+pub async fn bare_postgres() -> Option<String> {
+    let url = fresh_postgres().await?;
+    let client = postgres_client(&url).await;
+    let db = url.rsplit('/').next().unwrap_or_default().to_owned();
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA {} ; ALTER DATABASE {db} RESET search_path",
+            sluice::store::postgres::DEFAULT_SCHEMA
+        ))
+        .await
+        .expect("undo the test schema");
     Some(url)
 }
 
