@@ -66,13 +66,15 @@ function listening(port: number): Promise<boolean> {
   });
 }
 
-/** Calls `check` until it returns something other than undefined/null/false. */
-async function eventually<T>(check: () => Promise<T | undefined | null | false> | T | undefined | null | false,
-                             what: string, timeoutMs = 30_000, everyMs = 200): Promise<T> {
+type Falsy = undefined | null | false | 0 | "";
+
+/** Calls `check` until it returns something truthy (as the Python walk-through's `eventually`). */
+async function eventually<T>(check: () => Promise<T | Falsy> | T | Falsy, what: string,
+                             timeoutMs = 30_000, everyMs = 200): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const result = await check();
-    if (result !== undefined && result !== null && result !== false) return result;
+    if (result) return result;
     if (Date.now() > deadline) throw new Mismatch(`timed out waiting for ${what}`);
     await sleep(everyMs);
   }
@@ -183,8 +185,8 @@ async function run(sluice: string, base: string, openapi: string, processes: Chi
   expect(delivery.id.startsWith("dlv_") && delivery.endpoint_id === endpoint.id,
          `a dlv_ id for this endpoint: ${show(delivery)}`);
   expect(show(message.payload) === show({ order: 42 }), `the payload as sent: ${show(message.payload)}`);
-  let lines = await eventually(() => receiver.linesFor(messageId).length && receiver.linesFor(messageId),
-                               "the receiver's line");
+  const nonEmpty = (lines: string[]) => (lines.length ? lines : undefined);
+  let lines = await eventually(() => nonEmpty(receiver.linesFor(messageId)), "the receiver's line");
   expect(show(lines) === show([`${messageId} signature verified: {"order":42}`]),
          `the receiver printed ${show(lines)}`);
 
@@ -265,8 +267,7 @@ async function run(sluice: string, base: string, openapi: string, processes: Chi
   const replayed = ok(await api.POST("/v1/endpoints/{id}/dead-letters/replay", {
     params: { path: { id: late.id } } }), "POST /v1/endpoints/{id}/dead-letters/replay");
   expect(replayed.replayed === 1, `one replayed: ${show(replayed)}`);
-  lines = await eventually(() => lateReceiver.linesFor(deadId).length && lateReceiver.linesFor(deadId),
-                           "the replayed webhook");
+  lines = await eventually(() => nonEmpty(lateReceiver.linesFor(deadId)), "the replayed webhook");
   expect(show(lines) === show([`${deadId} signature verified: {"payment":9}`]), `printed ${show(lines)}`);
 
   step("the metrics (admin token)");
