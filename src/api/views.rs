@@ -134,8 +134,9 @@ pub struct EndpointOut {
     /// Until when the previous key still signs too (after a rotation); both signatures are sent.
     pub previous_secret_until: Option<Timestamp>,
     /// Where a receiver fetches the `v1a` public keys signing now, as a JSON Web Key Set,
-    /// without a token (relative to the API's address); absent while only `v1` keys sign.
-    pub jwks_url: Option<String>,
+    /// without a token (relative to the API's address); the set is empty while only `v1`
+    /// keys sign.
+    pub jwks_url: String,
     /// CA certificates (PEM) trusted for this endpoint beside the operator's and the system's,
     /// re-encoded (nothing around them is kept). Left out of lists, which show
     /// `tls_ca_bundle_sha256`.
@@ -348,8 +349,7 @@ impl EndpointOut {
                 .and_then(|k| k.public_key()),
         };
         let tls = TlsShown::of(&e.tls, with_pem);
-        let jwks_url = (!public_keys(&e, crate::clock::now_ms()).is_empty())
-            .then(|| format!("/v1/endpoints/{}/jwks.json", e.id));
+        let jwks_url = format!("/v1/endpoints/{}/jwks.json", e.id);
         Self {
             oauth2: e.oauth2.as_ref().map(Into::into),
             destination: DestinationOut::of(&e.destination, &e.destination_credentials),

@@ -205,11 +205,13 @@ async fn the_published_key_set_holds_the_keys_signing_now() {
         "the old key leaves the set when its overlap ends"
     );
 
-    // HMAC only: no key set, and no jwks_url.
+    // HMAC only: an empty set at its jwks_url.
     let v1 = post_expect(&s, &token, "/v1/endpoints", json!({ "url": rx.url() }), 201).await;
-    assert!(v1["jwks_url"].is_null(), "{v1}");
     let v1_path = format!("/v1/endpoints/{}/jwks.json", v1["id"].as_str().unwrap());
-    assert_eq!(fetch_jwks(&s, &v1_path).await.0, 404);
+    assert_eq!(v1["jwks_url"], v1_path.as_str(), "{v1}");
+    let (status, _, empty) = fetch_jwks(&s, &v1_path).await;
+    assert_eq!(status, 200);
+    assert_eq!(empty, json!({ "keys": [] }));
     assert_eq!(
         fetch_jwks(&s, "/v1/endpoints/ep_nosuchendpoint0000000/jwks.json")
             .await
