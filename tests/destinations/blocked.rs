@@ -10,8 +10,8 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use serde_json::json;
 
-use super::rabbitmq::{BROKER, broker, queue, serial};
-use super::support::{Sluice, eventually, receiver, test_settings};
+use super::rabbitmq::{BROKER, broker, queue, retrying, serial};
+use super::support::{Sluice, eventually, receiver};
 
 /// The memory alarm, cleared when dropped (also when the test fails).
 struct Alarm;
@@ -67,11 +67,7 @@ async fn a_blocked_broker_holds_only_its_own_deliveries() {
     let http = receiver::start(receiver::Behavior::Fast, true)
         .await
         .unwrap();
-    let s = Sluice::start(sluice::config::RawSettings {
-        retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()),
-        ..test_settings()
-    })
-    .await;
+    let s = Sluice::start(retrying()).await;
     let (_, token) = s.tenant("acme").await;
     s.endpoint(&token, &http.url(), json!({})).await;
     let (status, body) = s

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, stream};
 use serde_json::{Value, json};
 
-use super::rabbitmq::{first_attempt, verify};
+use super::rabbitmq::{endpoint, first_attempt, retrying, verify};
 use super::servers;
 use super::support::{self, Sluice, eventually, test_settings};
 
@@ -232,21 +232,14 @@ async fn a_stream_at_its_limits_is_backpressure_and_the_retry_delivers() {
     })
     .await
     .unwrap();
-    let s = Sluice::start(sluice::config::RawSettings {
-        retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()),
-        ..test_settings()
-    })
-    .await;
+    let s = Sluice::start(retrying()).await;
     let (_, token) = s.tenant("acme").await;
-    let (status, created) = s
-        .post(
-            &token,
-            "/v1/endpoints",
-            json!({ "destination": { "type": "nats", "url": NATS, "subject": subject } }),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = endpoint(
+        &s,
+        &token,
+        json!({ "type": "nats", "url": NATS, "subject": subject }),
+    )
+    .await;
     s.send(&token, "order.created", json!({ "n": 1 })).await;
     let first = first_attempt(&s, &token, &id).await;
     assert_eq!(first["error_kind"], Value::Null, "{first}");
@@ -298,15 +291,12 @@ async fn a_server_without_jetstream_is_backpressure_not_a_missing_stream() {
     let s = Sluice::start(test_settings()).await;
     let (_, token) = s.tenant("acme").await;
     let url = format!("nats://127.0.0.1:{port}");
-    let (status, created) = s
-        .post(
-            &token,
-            "/v1/endpoints",
-            json!({ "destination": { "type": "nats", "url": url, "subject": "sluice.nojs" } }),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = endpoint(
+        &s,
+        &token,
+        json!({ "type": "nats", "url": url, "subject": "sluice.nojs" }),
+    )
+    .await;
     s.send(&token, "order.created", json!({})).await;
     let attempt = first_attempt(&s, &token, &id).await;
     assert_eq!(attempt["error_kind"], "broker_blocked", "{attempt}");
@@ -325,16 +315,13 @@ async fn wrong_credentials_are_broker_auth() {
     let s = Sluice::start(test_settings()).await;
     let (_, token) = s.tenant("acme").await;
     let url = format!("nats://127.0.0.1:{port}");
-    let (status, created) = s
-        .post(
-            &token,
-            "/v1/endpoints",
-            json!({ "destination": { "type": "nats", "url": url, "subject": "sluice.auth",
-                "credentials": { "username": "sluice", "password": "wrong-pass" } } }),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = endpoint(
+        &s,
+        &token,
+        json!({ "type": "nats", "url": url, "subject": "sluice.auth",
+            "credentials": { "username": "sluice", "password": "wrong-pass" } }),
+    )
+    .await;
     s.send(&token, "order.created", json!({})).await;
     let attempt = first_attempt(&s, &token, &id).await;
     assert_eq!(attempt["error_kind"], "broker_auth", "{attempt}");

@@ -61,7 +61,8 @@ pub(super) async fn queue(channel: &Channel) -> String {
     name
 }
 
-async fn endpoint(s: &Sluice, token: &str, destination: Value) -> String {
+/// An endpoint delivering to `destination`; its id.
+pub(super) async fn endpoint(s: &Sluice, token: &str, destination: Value) -> String {
     let (status, body) = s
         .post(
             token,
@@ -71,6 +72,15 @@ async fn endpoint(s: &Sluice, token: &str, destination: Value) -> String {
         .await;
     assert_eq!(status, 201, "{body}");
     body["id"].as_str().unwrap().to_owned()
+}
+
+/// The test settings with a retry every second, so a destination that comes back is retried
+/// within the test.
+pub(super) fn retrying() -> sluice::config::RawSettings {
+    sluice::config::RawSettings {
+        retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()),
+        ..test_settings()
+    }
 }
 
 fn rabbitmq(exchange: &str, routing_key: &str, password: &str) -> Value {

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::rabbitmq::{first_attempt, verify, verify_v1a};
+use super::rabbitmq::{endpoint, first_attempt, retrying, verify, verify_v1a};
 use super::support::{self, Sluice, test_settings};
 
 const REDIS: &str = "redis://127.0.0.1:6379/0";
@@ -264,21 +264,14 @@ async fn a_redis_out_of_memory_is_backpressure_and_the_retry_delivers() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let s = Sluice::start(sluice::config::RawSettings {
-        retry_schedule: Some("1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".into()),
-        ..test_settings()
-    })
-    .await;
+    let s = Sluice::start(retrying()).await;
     let (_, token) = s.tenant("acme").await;
-    let (status, created) = s
-        .post(
-            &token,
-            "/v1/endpoints",
-            json!({ "destination": { "type": "redis", "url": url, "stream": key } }),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = endpoint(
+        &s,
+        &token,
+        json!({ "type": "redis", "url": url, "stream": key }),
+    )
+    .await;
     s.send(&token, "order.created", json!({ "order": 1 })).await;
     let attempt = first_attempt(&s, &token, &id).await;
     assert_eq!(attempt["error_kind"], "broker_blocked", "{attempt}");
