@@ -5,7 +5,7 @@
 //! attempt to acquire, so it follows the governor and the fleet share as they move.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -64,10 +64,26 @@ pub fn sized_by_load(
 pub struct LaneFull;
 
 /// One endpoint's lane.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Lane {
     in_flight: AtomicU32,
     released: Notify,
+    /// When it was made: what [`turned_ns`](Self::turned_ns) counts from.
+    born: Instant,
+    /// When a slot last came free, or the lane went from empty to busy, whichever is later
+    /// (nanoseconds after `born`).
+    turned_ns: AtomicU64,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Self {
+            in_flight: AtomicU32::new(0),
+            released: Notify::new(),
+            born: Instant::now(),
+            turned_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 /// A held slot; dropping it frees the slot and wakes one waiter.
@@ -78,6 +94,7 @@ pub struct LaneSlot {
 
 impl Drop for LaneSlot {
     fn drop(&mut self) {
+        self.lane.turned(Instant::now());
         self.lane.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.lane.released.notify_one();
     }
@@ -94,6 +111,26 @@ impl Lane {
         self.in_flight.load(Ordering::Acquire)
     }
 
+    /// How long its held slots have gone without one coming free: since the later of the last
+    /// release and the moment the lane went from empty to busy; `None` while no slot is held.
+    /// A lower bound on what a delivery waiting for a slot now would wait, which the service
+    /// time of past attempts misses while an attempt hangs: an endpoint whose broker stops
+    /// reading mid-publish, whose one slot a token URL holds, whose other attempts fail at once.
+    pub fn stalled(&self, now: Instant) -> Option<Duration> {
+        if self.in_use() == 0 {
+            return None;
+        }
+        let turned = self.born + Duration::from_nanos(self.turned_ns.load(Ordering::Acquire));
+        Some(now.saturating_duration_since(turned))
+    }
+
+    /// A slot came free, or the lane went busy, at `now`.
+    fn turned(&self, now: Instant) {
+        let ns = now.saturating_duration_since(self.born).as_nanos();
+        self.turned_ns
+            .fetch_max(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::AcqRel);
+    }
+
     /// Take a slot at once if fewer than `limit` are held.
     pub fn try_acquire(self: &Arc<Self>, limit: u32) -> Option<LaneSlot> {
         let mut current = self.in_flight.load(Ordering::Acquire);
@@ -107,7 +144,12 @@ impl Lane {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Some(LaneSlot { lane: self.clone() }),
+                Ok(_) => {
+                    if current == 0 {
+                        self.turned(Instant::now());
+                    }
+                    return Some(LaneSlot { lane: self.clone() });
+                }
                 Err(seen) => current = seen,
             }
         }
@@ -250,5 +292,29 @@ mod tests {
         let _b = lane.try_acquire(4).expect("free");
         assert!(lane.try_acquire(2).is_none());
         assert!(lane.try_acquire(3).is_some());
+    }
+
+    /// A lane knows how long its slots have gone without turning over: from the moment it went
+    /// busy, reset by each release, nothing while it is empty.
+    #[tokio::test(start_paused = true)]
+    async fn a_lane_knows_how_long_its_slots_have_been_stuck() {
+        let lane = Lane::new();
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(lane.stalled(Instant::now()), None);
+        let first = lane.try_acquire(2).expect("free");
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(lane.stalled(Instant::now()), Some(Duration::from_secs(3)));
+        let second = lane.try_acquire(2).expect("free");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        // Busy since the first: the second's arrival is no turnover.
+        assert_eq!(lane.stalled(Instant::now()), Some(Duration::from_secs(4)));
+        drop(first);
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert_eq!(
+            lane.stalled(Instant::now()),
+            Some(Duration::from_millis(200))
+        );
+        drop(second);
+        assert_eq!(lane.stalled(Instant::now()), None);
     }
 }

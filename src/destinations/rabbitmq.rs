@@ -15,7 +15,7 @@ use lapin::protocol::AMQPErrorKind;
 use lapin::tcp::{AsyncTcpStream, RustlsConnector};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::uri::AMQPUri;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Event};
 use tokio::time::Instant;
 
 use super::pool::Pool;
@@ -46,6 +46,9 @@ pub(super) struct Route<'a> {
 struct Amqp {
     conn: Connection,
     channels: Mutex<HashMap<String, Channel>>,
+    /// Whether the broker is blocking this connection's publishers (`connection.blocked` until
+    /// `connection.unblocked`), as a watch a publish in flight can wait on.
+    blocked: tokio::sync::watch::Receiver<bool>,
 }
 
 /// One broker's connection: its address, vhost, credentials and TLS setting.
@@ -122,9 +125,23 @@ impl Publisher {
                 .await?;
             confirm.await
         };
-        let confirmed = sent.await;
+        // A broker that raises an alarm stops reading the connection: a publish already sent
+        // would wait out its deadline, holding its lane slot, so `connection.blocked` ends it.
+        let mut blocked = amqp.blocked.clone();
+        let confirmed = tokio::select! {
+            confirmed = sent => Some(confirmed),
+            _ = blocked.wait_for(|b| *b) => None,
+        };
         phases.publish = clock.elapsed();
         phases.published = true;
+        let Some(confirmed) = confirmed else {
+            return Err(Failure {
+                kind: ErrorKind::BrokerBlocked,
+                message: "the broker began blocking publishers while this message was in flight \
+                          (connection.blocked: a memory or disk alarm); it is sent again"
+                    .into(),
+            });
+        };
         match confirmed {
             Ok(Confirmation::Ack(None)) => Ok(acknowledged("RabbitMQ (publisher confirm)")),
             Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
@@ -248,10 +265,36 @@ async fn connect(
         }
     }
     .map_err(|e| failure(&e))?;
+    let blocked = watch_blocked(&conn);
     Ok(Arc::new(Amqp {
         conn,
         channels: Mutex::new(HashMap::new()),
+        blocked,
     }))
+}
+
+/// Follow the connection's `connection.blocked` and `connection.unblocked` into a watch; the
+/// task ends with the connection, or when the connection's entry is dropped.
+fn watch_blocked(conn: &Connection) -> tokio::sync::watch::Receiver<bool> {
+    use futures_util::StreamExt;
+    let (tx, rx) = tokio::sync::watch::channel(conn.status().blocked());
+    let events = conn.events_listener();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        loop {
+            let event = tokio::select! {
+                () = tx.closed() => return,
+                event = events.next() => event,
+            };
+            match event {
+                Some(Event::ConnectionBlocked(_)) => tx.send_replace(true),
+                Some(Event::ConnectionUnblocked) => tx.send_replace(false),
+                Some(_) => continue,
+                None => return,
+            };
+        }
+    });
+    rx
 }
 
 /// The message's properties: persistent, JSON, its id and timestamp, the event type, and the

@@ -19,6 +19,9 @@ pub(super) struct EndpointLoad {
     pub(super) lane: u32,
     /// Recent attempt duration (exponentially weighted); `None` before the first attempt.
     pub(super) service: Option<Duration>,
+    /// How long its held lane slots have gone without one coming free; `None` while none is
+    /// held.
+    pub(super) stalled: Option<Duration>,
     /// Deliveries in the lane or on their way to it.
     pub(super) taken: u32,
     /// Under a rate limit: the turns its bucket can still give within the lane deadline, less
@@ -75,18 +78,29 @@ pub(super) enum Room {
 /// A rate-limited endpoint gets no more than its `turns`: its backlog is not claimed just to be
 /// held by the limit and requeued. A lane shared by the fleet gives this dispatcher its
 /// [`Part`] of slots and queue, against what this dispatcher alone has taken.
+///
+/// The queue is also no longer than the lane would drain were its service time how long its
+/// held slots have gone without one coming free: finished attempts say nothing of one still hanging, so an
+/// endpoint whose attempts fail at once beside one that hangs (a broker that stopped reading
+/// mid-publish) would otherwise look fast, and every claim would take a full share of it only
+/// for the lane to shed it.
 pub(super) fn room(load: EndpointLoad, per_endpoint: u32, lane_deadline: Duration) -> Room {
     if load.held {
         return Room::Skip;
     }
-    let queue = load.service.map_or(per_endpoint, |t| {
+    // What queue its lane drains within half the deadline at service time `t`.
+    let drains = |t: Duration| {
         let turns = lane_deadline.as_secs_f64() / t.as_secs_f64().max(1e-4);
         if turns >= 1.0 {
             (f64::from(load.lane) * turns / 2.0).min(1e6) as u32
         } else {
             0
         }
-    });
+    };
+    let queue = load.service.map_or(per_endpoint, drains);
+    let queue = load
+        .stalled
+        .map_or(queue, |stalled| queue.min(drains(stalled)));
     let mine = load.part.of(load.lane.saturating_add(queue));
     let free = mine.saturating_sub(load.taken);
     let free = load.turns.map_or(free, |turns| free.min(turns));
@@ -108,6 +122,7 @@ mod tests {
             held: false,
             lane,
             service: service_ms.map(Duration::from_millis),
+            stalled: None,
             taken,
             turns: None,
             part: Part::WHOLE,
@@ -130,6 +145,33 @@ mod tests {
     fn a_slow_endpoint_gets_only_its_free_slots() {
         assert_eq!(room(load(8, Some(2_000), 5), 8, DEADLINE), Room::Up(3));
         assert_eq!(room(load(8, Some(2_000), 8), 8, DEADLINE), Room::Skip);
+    }
+
+    /// Attempts that fail at once beside one that hangs (a broker that stopped reading
+    /// mid-publish holds the one slot its governor leaves): the recent service time says 1 ms,
+    /// but the slot has not come free for 2 s, so nothing is claimed only to be shed. Slots
+    /// turning over as usual leave the queue as it was.
+    #[test]
+    fn a_lane_whose_slots_do_not_come_free_gets_no_queue() {
+        let stuck = |stalled_ms| EndpointLoad {
+            stalled: Some(Duration::from_millis(stalled_ms)),
+            ..load(1, Some(1), 1)
+        };
+        assert_eq!(room(load(1, Some(1), 1), 8, DEADLINE), Room::Full);
+        assert_eq!(room(stuck(2_000), 8, DEADLINE), Room::Skip);
+        assert_eq!(room(stuck(5), 8, DEADLINE), Room::Full);
+        // Never measured, its first attempt hanging: no share queued behind it either.
+        let first = EndpointLoad {
+            service: None,
+            ..stuck(2_000)
+        };
+        assert_eq!(room(first, 8, DEADLINE), Room::Skip);
+        // 200 ms answers, slots stuck for 300 ms: the shorter queue of the two (lane × 0.83).
+        let middling = EndpointLoad {
+            stalled: Some(Duration::from_millis(300)),
+            ..load(8, Some(200), 8)
+        };
+        assert_eq!(room(middling, 8, DEADLINE), Room::Up(6));
     }
 
     /// 10 ms answers: the lane turns 50 times per deadline, so a full share fits even with the

@@ -149,6 +149,7 @@ impl Ctx {
                 held: reading.held,
                 lane: reading.lane,
                 service: reading.service,
+                stalled: reading.stalled,
                 taken,
                 turns: reading.turns,
                 part: part(rt.spin()),

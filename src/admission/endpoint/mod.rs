@@ -153,6 +153,8 @@ pub struct ClaimReading {
     pub lane: u32,
     /// Recent service time.
     pub service: Option<Duration>,
+    /// How long its held lane slots have gone without one coming free ([`Lane::stalled`]).
+    pub stalled: Option<Duration>,
     /// Turns of its rate limit within the horizon, when it has one.
     pub turns: Option<u32>,
 }
@@ -472,6 +474,7 @@ impl<C: Clone> EndpointRuntime<C> {
             held: s.held(now).is_some(),
             lane: s.lane_in_force(policy),
             service: s.service_ewma,
+            stalled: self.lane.stalled(now),
             turns: s.rate.as_ref().map(|t| {
                 t.turns_within(now, policy.lane_deadline)
                     .saturating_sub(pending)
