@@ -52,6 +52,8 @@ async fn a_slow_lane_sheds_and_does_not_delay_a_fast_lane() {
             payload: format!("{{\"i\":{i}}}"),
             idempotency_key: None,
             only_endpoint: None,
+            traceparent: None,
+            tracestate: None,
         })
         .collect();
     let slow_msgs: Vec<String> = s

@@ -75,6 +75,8 @@ fn message(tenant: &Tenant, event_type: &str) -> NewMessage {
         payload: format!(r#"{{"type":"{event_type}","n":1}}"#),
         idempotency_key: None,
         only_endpoint: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
 
