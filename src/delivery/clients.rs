@@ -281,6 +281,8 @@ impl Clients {
         bearer.map(Some)
     }
 
+    // What one attempt sends and how long it may take, each its own plain argument.
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         target: &Target,

@@ -38,7 +38,7 @@ impl AttemptTrace {
     /// is on, or the endpoint asked for trace context and the message came with one.
     pub(super) fn begin(ctx: &Ctx, d: &Claimed, target: &Target) -> Option<Self> {
         let wanted = target.trace_context && !target.destination.is_broker();
-        if !ctx.tracer.exporting() && !(wanted && d.traceparent.is_some()) {
+        if !(ctx.tracer.exporting() || wanted && d.traceparent.is_some()) {
             return None;
         }
         let parent = d.traceparent.as_deref().and_then(TraceParent::parse);

@@ -233,7 +233,7 @@ mod tests {
             "rojo",
             "rojo=a=b",
             "rojo=1,rojo=2",
-            "rojo=trailing ",
+            "rojo=tab\tin",
             "1abc=x",
         ] {
             assert_eq!(tracestate(bad), None, "{bad:?}");

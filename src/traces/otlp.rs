@@ -83,13 +83,13 @@ fn encode_span(b: &mut Vec<u8>, s: &Span) {
             }
         });
     }
-    message(b, 15, |m| match &s.error {
-        Some(description) => {
+    // No status is UNSET: the span ended normally.
+    message(b, 15, |m| {
+        if let Some(description) = &s.error {
             string(m, 2, description);
             tag(m, 3, VARINT);
             varint(m, 2); // STATUS_CODE_ERROR
         }
-        None => {} // STATUS_CODE_UNSET: the span ended normally
     });
     // The parent, when there is one, is the producer's span: remote.
     let remote = match s.parent_span_id {

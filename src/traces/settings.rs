@@ -3,7 +3,7 @@
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
 //! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_SERVICE_NAME`, `OTEL_TRACES_SAMPLER`/`_ARG`,
 //! `OTEL_BSP_*`, `OTEL_EXPORTER_OTLP_TIMEOUT`), by flags `--otlp-…`/`--traces-…`, or from a
-//! `[traces]` table of the settings file. Setting an endpoint turns export on.
+//! `[traces]` table of the settings file (keys spelled as the flags). Setting an endpoint turns export on.
 
 use std::time::Duration;
 
@@ -12,8 +12,8 @@ use serde::Deserialize;
 use super::sampler::Sampler;
 use crate::setting::{Problems, SettingProblem, shown};
 
-/// The tracing settings, validated.
-#[derive(Debug, Clone, PartialEq)]
+/// The tracing settings, validated. Their `Debug` names the export headers, never their values.
+#[derive(Clone, PartialEq)]
 pub struct TraceSettings {
     /// Where spans are POSTed (`…/v1/traces`); `None`: export is off.
     pub endpoint: Option<url::Url>,
@@ -45,6 +45,22 @@ impl Default for TraceSettings {
             schedule_delay: Duration::from_secs(5),
             export_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+impl std::fmt::Debug for TraceSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("TraceSettings")
+            .field("endpoint", &self.endpoint.as_ref().map(url::Url::as_str))
+            .field("header_names", &header_names)
+            .field("service_name", &self.service_name)
+            .field("sampler", &self.sampler)
+            .field("max_queue", &self.max_queue)
+            .field("max_batch", &self.max_batch)
+            .field("schedule_delay", &self.schedule_delay)
+            .field("export_timeout", &self.export_timeout)
+            .finish()
     }
 }
 
@@ -87,17 +103,18 @@ impl TraceSettings {
 }
 
 crate::setting::raw_settings! {
-    /// The raw tracing settings (flags `--otlp-…` and `--traces-…`, the standard `OTEL_…`
-    /// variables; in the file, keys of a `[traces]` table: `endpoint`, `sampler`, …).
+    /// The raw tracing settings (flags `--otlp-…`, `--otel-service-name` and `--traces-…`, the
+    /// standard `OTEL_…` variables; in the file, the same keys in a `[traces]` table).
     #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
-    #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+    #[serde(deny_unknown_fields)]
     pub struct RawTraceSettings {
         /// Export attempt spans over OTLP/HTTP (protobuf) to this collector: spans go to ENDPOINT/v1/traces; setting it turns tracing on [default: none, off]
         #[arg(long = "otlp-endpoint", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+        #[serde(rename = "otlp-endpoint", alias = "otlp_endpoint")]
         pub endpoint: Option<String>,
         /// The full URL spans are POSTed to, instead of --otlp-endpoint's /v1/traces [default: none]
         #[arg(long = "otlp-traces-endpoint", env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
-        #[serde(alias = "traces_endpoint")]
+        #[serde(rename = "otlp-traces-endpoint", alias = "otlp_traces_endpoint")]
         pub traces_endpoint: Option<String>,
         /// Headers of every export, key=value,… with values percent-encoded (a collector's API key) [default: none]
         #[arg(
@@ -105,32 +122,35 @@ crate::setting::raw_settings! {
             env = "OTEL_EXPORTER_OTLP_HEADERS",
             hide_env_values = true
         )]
+        #[serde(rename = "otlp-headers", alias = "otlp_headers")]
         pub headers: Option<String>,
         /// Most time one export request may take, milliseconds, 100–60000 [default: 10000]
         #[arg(long = "otlp-timeout", env = "OTEL_EXPORTER_OTLP_TIMEOUT")]
+        #[serde(rename = "otlp-timeout", alias = "otlp_timeout")]
         pub timeout: Option<u64>,
         /// service.name of the spans [default: sluice]
         #[arg(long = "otel-service-name", env = "OTEL_SERVICE_NAME")]
-        #[serde(alias = "service_name")]
+        #[serde(rename = "otel-service-name", alias = "otel_service_name")]
         pub service_name: Option<String>,
         /// always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio [default: parentbased_always_on]
         #[arg(long = "traces-sampler", env = "OTEL_TRACES_SAMPLER")]
+        #[serde(rename = "traces-sampler", alias = "traces_sampler")]
         pub sampler: Option<String>,
         /// The ratio (0–1) of the traceidratio samplers [default: 1]
         #[arg(long = "traces-sampler-arg", env = "OTEL_TRACES_SAMPLER_ARG")]
-        #[serde(alias = "sampler_arg")]
+        #[serde(rename = "traces-sampler-arg", alias = "traces_sampler_arg")]
         pub sampler_arg: Option<String>,
         /// Most spans waiting for export; past it new spans are dropped (counted in sluice_trace_spans_dropped), 1–1000000 [default: 2048]
         #[arg(long = "traces-max-queue", env = "OTEL_BSP_MAX_QUEUE_SIZE")]
-        #[serde(alias = "max_queue")]
+        #[serde(rename = "traces-max-queue", alias = "traces_max_queue")]
         pub max_queue: Option<usize>,
         /// Most spans in one export request, 1 to the queue size [default: 512]
         #[arg(long = "traces-max-batch", env = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE")]
-        #[serde(alias = "max_batch")]
+        #[serde(rename = "traces-max-batch", alias = "traces_max_batch")]
         pub max_batch: Option<usize>,
         /// Longest a span waits before its batch is sent, milliseconds, 1–60000 [default: 5000]
         #[arg(long = "traces-schedule-delay", env = "OTEL_BSP_SCHEDULE_DELAY")]
-        #[serde(alias = "schedule_delay")]
+        #[serde(rename = "traces-schedule-delay", alias = "traces_schedule_delay")]
         pub schedule_delay: Option<u64>,
     }
 }
