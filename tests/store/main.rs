@@ -30,6 +30,7 @@ mod redelivery;
 mod retention;
 mod row_ids;
 mod settle;
+mod trace_context;
 mod upgrade;
 
 // ---- fixtures ---------------------------------------------------------------------------------
