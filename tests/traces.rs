@@ -349,3 +349,37 @@ async fn with_export_off_nothing_is_sent_and_only_the_producers_context_goes_on(
     assert_eq!(collector.spans(), Vec::<Value>::new());
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_collector_costs_spans_never_deliveries() {
+    // Nothing listens on the collector's port: every export fails at once.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = dead.local_addr().unwrap().port();
+    drop(dead);
+    let mut raw = test_settings();
+    raw.traces.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    raw.traces.schedule_delay = Some(10);
+    raw.traces.max_queue = Some(4);
+    raw.traces.max_batch = Some(2);
+    let s = Sluice::start(raw).await;
+    let (_, token) = s.tenant("acme").await;
+    let rx = receiver::start(Behavior::Fast, false).await.unwrap();
+    s.endpoint(&token, &rx.url(), json!({ "trace_context": true }))
+        .await;
+    for _ in 0..40 {
+        send_with(&s, &token, &[("traceparent", &traceparent())]).await;
+    }
+    assert!(
+        eventually(WAIT, || async { rx.record.requests() >= 40 }).await,
+        "every message delivered: {}",
+        rx.record.requests()
+    );
+    let metrics = &s.running.metrics;
+    assert!(
+        eventually(WAIT, || async { metrics.trace_spans_dropped.get() >= 40 }).await,
+        "every span dropped and counted: {}",
+        metrics.trace_spans_dropped.get()
+    );
+    assert_eq!(metrics.trace_spans_exported.get(), 0);
+    s.stop().await;
+}
