@@ -140,7 +140,7 @@ crate::setting::raw_settings! {
         #[arg(long = "traces-sampler-arg", env = "OTEL_TRACES_SAMPLER_ARG")]
         #[serde(rename = "traces-sampler-arg", alias = "traces_sampler_arg")]
         pub sampler_arg: Option<String>,
-        /// Most spans waiting for export; past it new spans are dropped (counted in sluice_trace_spans_dropped), 1–1000000 [default: 2048]
+        /// Most spans waiting for export; past it new spans are dropped (counted in sluice_trace_spans_dropped_total), 1–1000000 [default: 2048]
         #[arg(long = "traces-max-queue", env = "OTEL_BSP_MAX_QUEUE_SIZE")]
         #[serde(rename = "traces-max-queue", alias = "traces_max_queue")]
         pub max_queue: Option<usize>,
@@ -160,21 +160,26 @@ impl RawTraceSettings {
     /// ranges are checked by [`TraceSettings::problems`].
     pub fn parse(self, errors: &mut Vec<String>) -> TraceSettings {
         let mut s = TraceSettings::default();
-        let traces_url =
-            |text: &str, flag: &str, errors: &mut Vec<String>| match url::Url::parse(text.trim()) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Some(u),
-                _ => {
-                    errors.push(format!(
-                        "{flag}: {text:?} must be an http:// or https:// URL"
-                    ));
-                    None
-                }
-            };
+        let http_url = |text: &str| {
+            url::Url::parse(text.trim())
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        };
+        let refused =
+            |flag: &str, text: &str| format!("{flag}: {text:?} must be an http:// or https:// URL");
         if let Some(text) = &self.traces_endpoint {
-            s.endpoint = traces_url(text, "otlp-traces-endpoint", errors);
+            match http_url(text) {
+                Some(u) => s.endpoint = Some(u),
+                None => errors.push(refused("otlp-traces-endpoint", text)),
+            }
         } else if let Some(text) = &self.endpoint {
-            let base = text.trim().trim_end_matches('/');
-            s.endpoint = traces_url(&format!("{base}/v1/traces"), "otlp-endpoint", errors);
+            match http_url(text) {
+                Some(_) => {
+                    let base = text.trim().trim_end_matches('/');
+                    s.endpoint = http_url(&format!("{base}/v1/traces"));
+                }
+                None => errors.push(refused("otlp-endpoint", text)),
+            }
         }
         if let Some(text) = &self.headers {
             match parse_headers(text) {
@@ -195,7 +200,9 @@ impl RawTraceSettings {
             }
         }
         s.max_queue = self.max_queue.unwrap_or(s.max_queue);
-        s.max_batch = self.max_batch.unwrap_or(s.max_batch.min(s.max_queue));
+        s.max_batch = self
+            .max_batch
+            .unwrap_or(s.max_batch.min(s.max_queue.max(1)));
         if let Some(ms) = self.schedule_delay {
             s.schedule_delay = Duration::from_millis(ms);
         }
@@ -305,7 +312,12 @@ mod tests {
         );
         assert!(!errors.concat().contains("s3cret"), "{errors:?}");
         let fields: Vec<_> = s.problems().into_iter().map(|p| p.field).collect();
-        assert_eq!(fields, ["max_queue", "max_batch"]);
+        assert_eq!(
+            fields,
+            ["max_queue"],
+            "the batch follows the queue by default"
+        );
+        assert!(errors[0].contains("\"collector:4318\""), "{errors:?}");
     }
 
     #[test]
