@@ -383,3 +383,59 @@ async fn a_dead_collector_costs_spans_never_deliveries() {
     assert_eq!(metrics.trace_spans_exported.get(), 0);
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_attempt_is_a_producer_span_with_the_messaging_conventions() {
+    let Some(collector) = Collector::start() else {
+        return;
+    };
+    let Some(redis_url) = support::redis_url() else {
+        return;
+    };
+    let client = redis::Client::open(redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("sluice-trace-{}", sluice::ids::new_id("st"));
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg("readers")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut raw = test_settings();
+    raw.traces.endpoint = Some(collector.base.clone());
+    raw.traces.schedule_delay = Some(100);
+    let s = Sluice::start(raw).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": { "type": "redis", "url": redis_url, "stream": key } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let msg = send_with(&s, &token, &[("traceparent", &traceparent())]).await;
+    let spans_of = || {
+        collector
+            .spans()
+            .into_iter()
+            .filter(|s| s["attributes"]["sluice.message.id"] == msg.as_str())
+            .collect::<Vec<_>>()
+    };
+    assert!(eventually(WAIT, || async { !spans_of().is_empty() }).await);
+    let span = &spans_of()[0];
+    assert_eq!(span["name"], format!("send {key}"), "{span}");
+    assert_eq!(span["kind"], 4, "SPAN_KIND_PRODUCER: {span}");
+    assert_eq!(span["trace_id"], TRACE_ID);
+    assert_eq!(span["parent_span_id"], PRODUCER_SPAN);
+    let a = &span["attributes"];
+    assert_eq!(a["messaging.system"], "redis");
+    assert_eq!(a["messaging.destination.name"], key.as_str());
+    assert_eq!(a["messaging.operation.type"], "send");
+    assert_eq!(a["sluice.outcome"], "delivered");
+    assert!(a.get("http.request.method").is_none(), "{a}");
+    s.stop().await;
+}
