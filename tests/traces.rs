@@ -413,11 +413,19 @@ async fn a_broker_attempt_is_a_producer_span_with_the_messaging_conventions() {
         .post(
             &token,
             "/v1/endpoints",
-            json!({ "destination": { "type": "redis", "url": redis_url, "stream": key } }),
+            json!({
+                "destination": { "type": "redis", "url": redis_url, "stream": key },
+                "trace_context": true,
+            }),
         )
         .await;
     assert_eq!(status, 201, "{created}");
-    let msg = send_with(&s, &token, &[("traceparent", &traceparent())]).await;
+    let msg = send_with(
+        &s,
+        &token,
+        &[("traceparent", &traceparent()), ("tracestate", TRACESTATE)],
+    )
+    .await;
     let spans_of = || {
         collector
             .spans()
@@ -437,5 +445,24 @@ async fn a_broker_attempt_is_a_producer_span_with_the_messaging_conventions() {
     assert_eq!(a["messaging.operation.type"], "send");
     assert_eq!(a["sluice.outcome"], "delivered");
     assert!(a.get("http.request.method").is_none(), "{a}");
+
+    // The entry carries the trace context as fields: the attempt span as the parent.
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let field = |name: &str| {
+        entries[0]
+            .1
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let expected = format!("00-{TRACE_ID}-{}-01", span["span_id"].as_str().unwrap());
+    assert_eq!(field("traceparent"), Some(expected));
+    assert_eq!(field("tracestate").as_deref(), Some(TRACESTATE));
     s.stop().await;
 }

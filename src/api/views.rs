@@ -169,7 +169,7 @@ pub struct EndpointOut {
     pub rate_limit: Option<RateLimitOut>,
     /// `unordered`, or `fifo`: one delivery at a time, in acceptance order.
     pub ordering: DeliveryOrder,
-    /// Whether each HTTP attempt carries W3C `traceparent` (and `tracestate`), so the
+    /// Whether each attempt (HTTP or broker message) carries W3C `traceparent` (and `tracestate`), so the
     /// receiver's tracing joins the producer's trace.
     pub trace_context: bool,
     /// When it was created.

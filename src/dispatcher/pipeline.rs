@@ -154,7 +154,14 @@ pub(super) async fn run(
     let report = if target.destination.is_broker() {
         Box::pin(
             ctx.brokers
-                .attempt(target, &d.message_id, &d.event_type, &d.payload, deadline)
+                .attempt(
+                    target,
+                    &d.message_id,
+                    &d.event_type,
+                    &d.payload,
+                    trace_headers.as_ref(),
+                    deadline,
+                )
                 .instrument(tracing::debug_span!("publish")),
         )
         .await

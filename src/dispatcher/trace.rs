@@ -37,8 +37,7 @@ impl AttemptTrace {
     /// The context of an attempt of `d` to `target` starting now, when one is needed: export
     /// is on, or the endpoint asked for trace context and the message came with one.
     pub(super) fn begin(ctx: &Ctx, d: &Claimed, target: &Target) -> Option<Self> {
-        let wanted = target.trace_context && !target.destination.is_broker();
-        if !(ctx.tracer.exporting() || wanted && d.traceparent.is_some()) {
+        if !(ctx.tracer.exporting() || target.trace_context && d.traceparent.is_some()) {
             return None;
         }
         let parent = d.traceparent.as_deref().and_then(TraceParent::parse);
@@ -62,10 +61,11 @@ impl AttemptTrace {
         })
     }
 
-    /// The headers for `target`, when it asked for trace context (HTTP only): this attempt's
-    /// span as the parent, the producer's `tracestate`.
+    /// The headers for `target`, when it asked for trace context (HTTP headers, or a broker
+    /// message's headers, AMQP application headers or stream fields): this attempt's span as the
+    /// parent, the producer's `tracestate`.
     pub(super) fn headers(&self, d: &Claimed, target: &Target) -> Option<TraceHeaders> {
-        if !target.trace_context || target.destination.is_broker() {
+        if !target.trace_context {
             return None;
         }
         let value = traceparent_header(&self.trace_id, &self.span_id, self.sampled);

@@ -93,7 +93,7 @@ pub struct CreateEndpoint {
     /// its retries run out).
     #[serde(default)]
     pub ordering: DeliveryOrder,
-    /// Send W3C `traceparent` (and `tracestate`) with each HTTP attempt, as the attempt
+    /// Send W3C `traceparent` (and `tracestate`) with each attempt (HTTP headers, or a broker message's headers), as the attempt
     /// span's context, so the receiver's own tracing joins the producer's trace (default
     /// false: no trace header leaves sluice). Sent whenever the message came with a
     /// `traceparent`, and for every message while sluice exports traces.
@@ -164,7 +164,7 @@ pub struct UpdateEndpoint {
     /// `unordered` or `fifo`. Turned on with deliveries in flight, the next starts once all of
     /// them are settled.
     pub ordering: Option<DeliveryOrder>,
-    /// Send W3C `traceparent` (and `tracestate`) with each HTTP attempt.
+    /// Send W3C `traceparent` (and `tracestate`) with each attempt (HTTP headers, or a broker message's headers).
     pub trace_context: Option<bool>,
 }
 
