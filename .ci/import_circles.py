@@ -24,7 +24,7 @@ import sys
 # as src/lib.rs says in words. Anything else runs up a floor, or reaches the store from below the
 # modules that hold one.
 _BASICS = {"clock", "ids", "model", "setting"}
-_MECHANISMS = {"admission", "delivery", "destinations", "egress", "metrics"}
+_MECHANISMS = {"admission", "delivery", "destinations", "egress", "metrics", "traces"}
 _UNDER_ORCHESTRATION = (
     _BASICS
     | {"fairness", "pem", "retry", "shutdown", "signing", "sizing", "stats", "store"}
@@ -54,6 +54,7 @@ FLOORS = {
     "delivery": _BASICS | {"admission", "egress", "pem", "retry", "signing", "stats"},
     "destinations": _BASICS | {"delivery", "egress", "signing"},
     "metrics": _BASICS | {"delivery", "stats"},
+    "traces": {"model", "setting"},
     "listener": _BASICS | {"metrics", "web"},
     "demo_receiver": {"clock", "signing"},
     # 6. Orchestration and the edges, the only modules that hold a store; start-up on top.

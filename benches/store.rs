@@ -163,6 +163,8 @@ fn message(tenant: &str) -> NewMessage {
                 .into(),
         idempotency_key: None,
         only_endpoint: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
 

@@ -135,6 +135,14 @@ impl Config {
         name(d.egress.problems(), "dispatch.egress.", &|field| {
             format!("egress-{}", flag(field))
         });
+        name(
+            d.traces.problems(),
+            "dispatch.traces.",
+            &|field| match field {
+                "export_timeout" => "otlp-timeout".into(),
+                other => format!("traces-{}", flag(other)),
+            },
+        );
         all
     }
 
@@ -450,6 +458,10 @@ crate::setting::raw_settings! {
         #[command(flatten)]
         #[serde(default)]
         pub egress: crate::egress::settings::RawEgressSettings,
+        /// OpenTelemetry traces (OTLP export, sampler); a `[traces]` table.
+        #[command(flatten)]
+        #[serde(default)]
+        pub traces: crate::traces::RawTraceSettings,
     }
 }
 
@@ -574,6 +586,7 @@ impl RawSettings {
         };
         let console = self.console.parse(&mut errors);
         d.egress = self.egress.parse(&mut errors);
+        d.traces = self.traces.parse(&mut errors);
         let config = Config {
             listen,
             operator_listen,

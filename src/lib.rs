@@ -29,6 +29,9 @@
 //!   to the store, and drain releases what has not started.
 //! - [`operational_webhooks`]: the notices sent to a tenant's operational webhook (an endpoint
 //!   disabled, throttling, dead letters).
+//! - [`traces`]: OpenTelemetry traces of deliveries: every attempt a span in the producer's
+//!   trace (W3C `traceparent` kept with the message), sampled and exported over OTLP/HTTP in
+//!   batches; off by default.
 //! - [`metrics`]: the Prometheus registry (`webhook_deliveries_ok_total`,
 //!   `webhook_deliveries_shed_total`, `delivery_duration_seconds{host}` and the `sluice_` family),
 //!   per-endpoint series for the top-N endpoints by occupancy only, `process_*`.
@@ -74,7 +77,8 @@
 //! 4. [`store`]: only [`model`], [`clock`], [`ids`] and [`fairness`] (its claim applies the fair
 //!    shares). It never reaches up for a type: the nouns it keeps are the model's.
 //! 5. The mechanisms: [`egress`], [`admission`], [`delivery`] (over admission and egress),
-//!    [`destinations`] (over delivery's attempt report) and [`metrics`] (over delivery), then
+//!    [`destinations`] (over delivery's attempt report), [`metrics`] (over delivery) and
+//!    [`traces`] (over the nouns and [`setting`]), then
 //!    [`listener`] and [`demo_receiver`]. None of them imports the
 //!    store: what they need of a row comes as a noun.
 //! 6. Orchestration and the edges, the only modules that hold a store:
@@ -110,4 +114,5 @@ pub mod signing;
 pub mod sizing;
 pub mod stats;
 pub mod store;
+pub mod traces;
 pub mod web;

@@ -55,6 +55,8 @@ pub async fn send(store: &SharedStore, tenant_id: &str, event_type: &str, payloa
         payload: body.to_string(),
         idempotency_key: None,
         only_endpoint: Some(id),
+        traceparent: None,
+        tracestate: None,
     };
     if let Err(e) = store.enqueue(std::slice::from_ref(&message), now).await {
         tracing::warn!(error = %e, tenant = tenant_id, event_type, "cannot enqueue notice");

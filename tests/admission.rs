@@ -52,6 +52,8 @@ async fn a_slow_lane_sheds_and_does_not_delay_a_fast_lane() {
             payload: format!("{{\"i\":{i}}}"),
             idempotency_key: None,
             only_endpoint: None,
+            traceparent: None,
+            tracestate: None,
         })
         .collect();
     let slow_msgs: Vec<String> = s
@@ -177,7 +179,7 @@ proptest! {
                 disabled_reason: None, operational: false, lane_size: None,
                 latency_ceiling_ms: None, connect_timeout_ms: None, read_timeout_ms: None,
                 total_timeout_ms: None, rate_limit: None, ordering: Default::default(),
-                failing_since_ms: None,
+                trace_context: false, failing_since_ms: None,
                 headers: Default::default(),
                 tls: Default::default(), oauth2: None, created_at_ms: now, updated_at_ms: now,
                 destination: sluice::model::Destination::Http { url: "http://127.0.0.1:9/".into() },
@@ -187,6 +189,7 @@ proptest! {
             store.enqueue(&[NewMessage {
                 id: "msg_p".into(), tenant_id: "ten_p".into(), event_type: "e".into(),
                 payload: "{}".into(), idempotency_key: None, only_endpoint: None,
+                traceparent: None, tracestate: None,
             }], now).await.unwrap();
             let mut expected = 0u32;
             let mut clock = now;

@@ -18,4 +18,6 @@ mod https;
 mod portal;
 #[path = "console/security.rs"]
 mod security;
+#[path = "console/traces.rs"]
+mod traces;
 use sluice_testkit as support;

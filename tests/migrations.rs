@@ -31,6 +31,8 @@ async fn fan_out_of(store: &SharedStore, event_type: &str) -> BTreeSet<String> {
         payload: "{}".into(),
         idempotency_key: None,
         only_endpoint: None,
+        traceparent: None,
+        tracestate: None,
     };
     store
         .enqueue(std::slice::from_ref(&m), now_ms())

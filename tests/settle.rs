@@ -57,6 +57,8 @@ async fn leased(store: &SharedStore, t: &Tenant, n: usize, at_ms: i64) -> Vec<Cl
             payload: format!(r#"{{"n":{i}}}"#),
             idempotency_key: None,
             only_endpoint: None,
+            traceparent: None,
+            tracestate: None,
         })
         .collect();
     store.enqueue(&messages, at_ms).await.expect("enqueue");

@@ -169,6 +169,9 @@ pub struct EndpointOut {
     pub rate_limit: Option<RateLimitOut>,
     /// `unordered`, or `fifo`: one delivery at a time, in acceptance order.
     pub ordering: DeliveryOrder,
+    /// Whether each attempt (HTTP or broker message) carries W3C `traceparent` (and `tracestate`), so the
+    /// receiver's tracing joins the producer's trace.
+    pub trace_context: bool,
     /// When it was created.
     pub created_at: Timestamp,
     /// Last change.
@@ -354,6 +357,7 @@ impl EndpointOut {
             oauth2: e.oauth2.as_ref().map(Into::into),
             destination: DestinationOut::of(&e.destination, &e.destination_credentials),
             ordering: e.ordering,
+            trace_context: e.trace_context,
             rate_limit: e.rate_limit.map(|l| RateLimitOut {
                 per_second: l.per_second(),
                 burst: l.burst(),
@@ -451,6 +455,10 @@ pub(crate) struct AttemptOut {
     pub error_kind: Option<String>,
     /// The response body, truncated.
     pub response: Option<String>,
+    /// The trace the attempt is a span of (32 lower-case hex digits): the producer's, when the
+    /// message came with a valid `traceparent`, else one sluice derived from the message id.
+    /// Every attempt of a message is in the same trace.
+    pub trace_id: String,
 }
 
 impl AttemptOut {
@@ -464,6 +472,7 @@ impl AttemptOut {
             status: a.status,
             error_kind: a.error_kind,
             response: a.response,
+            trace_id: a.trace_id,
         }
     }
 }

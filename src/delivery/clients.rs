@@ -12,7 +12,9 @@ use tokio::time::Instant;
 
 use super::oauth2::{Bearer, Fetcher, Tokens};
 use super::timing::{ConnectClock, TimedConnectLayer};
-use super::{ErrorKind, Failure, Phases, Report, Response, Target, TlsProfile, classify, tls};
+use super::{
+    ErrorKind, Failure, Phases, Report, Response, Target, TlsProfile, TraceHeaders, classify, tls,
+};
 use crate::egress::settings::{EgressSettings, ProxySettings, TokenTimeouts};
 use crate::egress::{EgressPolicy, GuardedResolver};
 use crate::signing;
@@ -201,6 +203,7 @@ impl Clients {
         target: &Target,
         message_id: &str,
         payload: &str,
+        trace: Option<&TraceHeaders>,
         deadline: Instant,
     ) -> Report {
         let started_at_ms = crate::clock::now_ms();
@@ -210,6 +213,7 @@ impl Clients {
             target,
             message_id,
             payload,
+            trace,
             started_at_ms,
             deadline,
             &mut phases,
@@ -277,11 +281,14 @@ impl Clients {
         bearer.map(Some)
     }
 
+    // What one attempt sends and how long it may take, each its own plain argument.
+    #[allow(clippy::too_many_arguments)]
     async fn send(
         &self,
         target: &Target,
         message_id: &str,
         payload: &str,
+        trace: Option<&TraceHeaders>,
         started_at_ms: i64,
         deadline: Instant,
         phases: &mut Phases,
@@ -309,6 +316,7 @@ impl Clients {
             timestamp_s,
             signature: &signature,
             payload,
+            trace,
             deadline,
         };
         let mut response = self
@@ -402,6 +410,12 @@ impl Clients {
         if let Some(b) = bearer {
             request = request.header(AUTHORIZATION, format!("Bearer {}", b.token));
         }
+        if let Some(t) = r.trace {
+            request = request.header("traceparent", t.traceparent.clone());
+            if let Some(state) = &t.tracestate {
+                request = request.header("tracestate", state.clone());
+            }
+        }
         let request = request
             .timeout(t.total)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
@@ -431,6 +445,8 @@ struct Request<'a> {
     timestamp_s: i64,
     signature: &'a str,
     payload: &'a str,
+    /// W3C trace context, for an endpoint that asked for it.
+    trace: Option<&'a TraceHeaders>,
     /// The attempt's deadline: every exchange ends by it.
     deadline: Instant,
 }

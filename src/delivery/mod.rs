@@ -60,6 +60,18 @@ pub struct Target {
     pub destination: Destination,
     /// The broker's credentials (write-only: never shown or logged).
     pub destination_credentials: Option<DestinationCredentials>,
+    /// The endpoint asked for W3C trace context on its attempts.
+    pub trace_context: bool,
+}
+
+/// The W3C trace context headers of one attempt (for an endpoint that asked for them): the
+/// attempt span as the parent, the producer's `tracestate`.
+#[derive(Debug, Clone)]
+pub struct TraceHeaders {
+    /// `traceparent`.
+    pub traceparent: HeaderValue,
+    /// `tracestate`, when the producer sent one.
+    pub tracestate: Option<HeaderValue>,
 }
 
 /// Timeouts of one attempt.

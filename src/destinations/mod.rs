@@ -63,6 +63,20 @@ pub struct Signed<'a> {
     pub event_type: &'a str,
     /// The body, exactly the bytes signed.
     pub payload: &'a str,
+    /// W3C `traceparent` and `tracestate`, for an endpoint that asked for trace context.
+    pub trace: Option<&'a crate::delivery::TraceHeaders>,
+}
+
+impl Signed<'_> {
+    /// The trace context headers as text, `traceparent` first (none unless asked for).
+    pub fn trace_headers(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let t = self.trace;
+        let parent = t.and_then(|t| t.traceparent.to_str().ok());
+        let state = t.and_then(|t| t.tracestate.as_ref()?.to_str().ok());
+        [("traceparent", parent), ("tracestate", state)]
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value?)))
+    }
 }
 
 /// The broker clients of one dispatcher.
@@ -102,6 +116,7 @@ impl Brokers {
         message_id: &str,
         event_type: &str,
         payload: &str,
+        trace: Option<&crate::delivery::TraceHeaders>,
         deadline: Instant,
     ) -> Report {
         let started_at_ms = crate::clock::now_ms();
@@ -120,6 +135,7 @@ impl Brokers {
             ),
             event_type,
             payload,
+            trace,
         };
         phases.sign = clock.elapsed();
         let sent = self.publish(target, &signed, deadline, &mut phases);

@@ -265,5 +265,8 @@ fn headers(
     h.insert(crate::signing::WEBHOOK_SIGNATURE, signed.signature.as_str());
     h.insert("webhook-event-type", signed.event_type);
     h.insert("content-type", "application/json");
+    for (name, value) in signed.trace_headers() {
+        h.insert(name, value);
+    }
     h
 }

@@ -321,6 +321,9 @@ fn properties(
         text(&signed.signature),
     );
     headers.insert("webhook-event-type".into(), text(signed.event_type));
+    for (name, value) in signed.trace_headers() {
+        headers.insert(name.into(), text(value));
+    }
     BasicProperties::default()
         .with_delivery_mode(2)
         .with_content_type("application/json".into())

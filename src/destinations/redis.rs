@@ -131,9 +131,11 @@ fn xadd(to: &Route<'_>, signed: &Signed<'_>) -> ::redis::Cmd {
         .arg("webhook-event-type")
         .arg(signed.event_type)
         .arg("content-type")
-        .arg("application/json")
-        .arg("body")
-        .arg(signed.payload);
+        .arg("application/json");
+    for (name, value) in signed.trace_headers() {
+        cmd.arg(name).arg(value);
+    }
+    cmd.arg("body").arg(signed.payload);
     cmd
 }
 

@@ -358,6 +358,7 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         oauth2: e.oauth2.clone(),
         destination: e.destination.clone(),
         destination_credentials: e.destination_credentials.clone(),
+        trace_context: e.trace_context,
     }))
 }
 

@@ -17,6 +17,7 @@ mod settings;
 mod settler;
 mod tenants;
 mod throttle_watch;
+mod trace;
 mod view;
 
 use std::collections::HashMap;
@@ -36,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::model::{Claimed, SettleOutcome, Settlement};
 use crate::shutdown::{Phase, Shutdown};
 use crate::store::SharedStore;
+use crate::traces::{ExportCounters, Tracer};
 
 use crate::destinations::Brokers;
 use endpoints::Endpoints;
@@ -89,6 +91,8 @@ pub struct Ctx {
     started_at_ms: i64,
     /// When its heartbeat was last written, ms epoch.
     last_beat_ms: std::sync::atomic::AtomicI64,
+    /// Where attempt spans go (nothing with tracing off).
+    tracer: Tracer,
 }
 
 impl Ctx {
@@ -361,7 +365,15 @@ impl Dispatcher {
         let policy = Arc::new(EgressPolicy::new(settings.allow_networks.clone()));
         let (settle_tx, settle_rx) = mpsc::channel(settings.concurrency.ceiling() as usize * 2);
         metrics.concurrency_limit.set(i64::from(concurrency));
+        let tracer = Tracer::start(
+            &settings.traces,
+            ExportCounters {
+                exported: metrics.trace_spans_exported.clone(),
+                dropped: metrics.trace_spans_dropped.clone(),
+            },
+        );
         let ctx = Arc::new(Ctx {
+            tracer,
             brokers: Brokers::new(
                 policy.clone(),
                 settings.brokers,

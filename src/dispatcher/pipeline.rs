@@ -15,6 +15,7 @@ use tracing::Instrument;
 use super::Ctx;
 use super::endpoints::{Pending, Runtime};
 use super::settings::SETTLE_MARGIN;
+use super::trace::{self, AttemptTrace};
 use crate::admission::breaker::Transition;
 use crate::admission::endpoint::{FailingChange, Outcome};
 use crate::admission::governor::Observation;
@@ -30,6 +31,22 @@ use crate::store::StoreError;
 enum Why {
     Admission(Held),
     StoreUnavailable,
+}
+
+impl Why {
+    /// The reason a span event names (`sluice.reason`).
+    fn reason(self) -> &'static str {
+        match self {
+            Why::Admission(Held::Shed) => "shed",
+            Why::Admission(Held::Draining) => "draining",
+            Why::Admission(Held::RateLimited { .. }) => "rate_limited",
+            Why::Admission(Held::Paused { .. }) => "paused",
+            Why::Admission(Held::BreakerOpen { .. }) => "breaker_open",
+            Why::Admission(Held::Disabled) => "disabled",
+            Why::Admission(Held::TenantFull) => "tenant_ceiling",
+            Why::StoreUnavailable => "store_unavailable",
+        }
+    }
 }
 
 /// What one delivery came to, for the settler to write: its settlement and, rarely, what its
@@ -130,18 +147,33 @@ pub(super) async fn run(
         return settlement(d, SettleOutcome::Release, None).into();
     };
     ctx.metrics.in_flight.inc();
+    let trace = AttemptTrace::begin(ctx, d, target);
+    let trace_headers = trace.as_ref().and_then(|t| t.headers(d, target));
     // A broker gets the same admission, deadline and settle path; only the attempt differs.
     // Its future is boxed: inline, the broker clients' state would size every delivery task.
     let report = if target.destination.is_broker() {
         Box::pin(
             ctx.brokers
-                .attempt(target, &d.message_id, &d.event_type, &d.payload, deadline)
+                .attempt(
+                    target,
+                    &d.message_id,
+                    &d.event_type,
+                    &d.payload,
+                    trace_headers.as_ref(),
+                    deadline,
+                )
                 .instrument(tracing::debug_span!("publish")),
         )
         .await
     } else {
         ctx.clients
-            .attempt(target, &d.message_id, &d.payload, deadline)
+            .attempt(
+                target,
+                &d.message_id,
+                &d.payload,
+                trace_headers.as_ref(),
+                deadline,
+            )
             .instrument(tracing::debug_span!("attempt"))
             .await
     };
@@ -154,7 +186,16 @@ pub(super) async fn run(
     ctx.metrics.in_flight.dec();
     ctx.tenants.occupied(&d.tenant_id, report.duration);
     drop(admitted);
-    conclude_attempt(ctx, d, endpoint, &parsed.host, report)
+    let concluded = conclude_attempt(ctx, d, endpoint, &parsed.host, &report);
+    if let Some(trace) = trace {
+        let disabled = concluded
+            .writes
+            .as_ref()
+            .is_some_and(|w| w.disable.is_some());
+        let outcome = &concluded.settlement.outcome;
+        trace.finish(ctx, d, target, &report, outcome, disabled);
+    }
+    concluded
 }
 
 /// When an attempt starting now must end: its total deadline from now. When that would not
@@ -207,7 +248,7 @@ fn conclude_attempt(
     d: &Claimed,
     endpoint: Arc<Runtime>,
     host: &str,
-    report: Report,
+    report: &Report,
 ) -> Concluded {
     let now_ms = crate::clock::now_ms();
     let attempts_made = d.attempts + 1;
@@ -232,7 +273,7 @@ fn conclude_attempt(
         &ctx.metrics,
         endpoint.id(),
         host,
-        &report,
+        report,
         &decision.observation,
         decision.failed,
     );
@@ -249,7 +290,7 @@ fn conclude_attempt(
         })
     });
 
-    let attempt = delivery::attempt_record(&report, ctx.settings.max_response_bytes);
+    let attempt = delivery::attempt_record(report, ctx.settings.max_response_bytes);
     if matches!(decision.outcome, SettleOutcome::Delivered) {
         let e2e = (now_ms - d.message_created_at_ms).max(0) as f64 / 1000.0;
         ctx.metrics.end_to_end_seconds.observe(e2e);
@@ -321,7 +362,7 @@ fn requeue(ctx: &Arc<Ctx>, d: &Claimed, why: Why) -> Settlement {
 
 /// Requeue without an attempt after `delay`.
 fn requeue_after(ctx: &Arc<Ctx>, d: &Claimed, why: Why, delay: Duration) -> Settlement {
-    count_held(ctx, &d.endpoint_id, why);
+    count_held(ctx, d, why);
     settlement(
         d,
         SettleOutcome::Shed {
@@ -357,7 +398,7 @@ fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, held: Held
         u.saturating_duration_since(Instant::now())
     });
     let jitter = Duration::from_millis(rand::rng().random_range(0..1000));
-    count_held(ctx, &d.endpoint_id, Why::Admission(held));
+    count_held(ctx, d, Why::Admission(held));
     settlement(
         d,
         SettleOutcome::Shed {
@@ -373,6 +414,9 @@ fn requeue_until(ctx: &Arc<Ctx>, d: &Claimed, until: Option<Instant>, held: Held
 fn requeue_at(ctx: &Arc<Ctx>, d: &Claimed, until: Instant) -> Settlement {
     let wait = until.saturating_duration_since(Instant::now());
     let wait_ms = i64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i64::MAX / 2);
+    if ctx.tracer.exporting() {
+        trace::held(ctx, d, "rate_limited");
+    }
     ctx.metrics.count(&d.endpoint_id, Count::RateLimited);
     settlement(
         d,
@@ -383,7 +427,11 @@ fn requeue_at(ctx: &Arc<Ctx>, d: &Claimed, until: Instant) -> Settlement {
     )
 }
 
-fn count_held(ctx: &Arc<Ctx>, endpoint: &str, why: Why) {
+fn count_held(ctx: &Arc<Ctx>, d: &Claimed, why: Why) {
+    if ctx.tracer.exporting() {
+        trace::held(ctx, d, why.reason());
+    }
+    let endpoint = d.endpoint_id.as_str();
     let m = &ctx.metrics;
     let reason = match why {
         Why::Admission(Held::Shed) => return m.count(endpoint, Count::Shed),

@@ -13,6 +13,7 @@ use crate::destinations::BrokerSettings;
 use crate::egress::settings::EgressSettings;
 use crate::retry::{RetrySchedule, ShedSettings};
 use crate::setting::{Problems, SettingProblem, shown};
+use crate::traces::TraceSettings;
 
 /// What a lease keeps past the end of its attempt: time to write the settlement before the
 /// reaper may return the delivery.
@@ -110,6 +111,8 @@ pub struct DispatchSettings {
     pub tenant_max_share: f64,
     /// How deliveries leave the host: extra CAs, an HTTP proxy, OAuth2 token timeouts.
     pub egress: EgressSettings,
+    /// OpenTelemetry traces of attempts (off unless a collector is named).
+    pub traces: TraceSettings,
     /// Broker connections: how many are held open at once.
     pub brokers: BrokerSettings,
 }
@@ -275,6 +278,7 @@ impl Default for DispatchSettings {
             tenant_weight: 1,
             tenant_max_share: 1.0,
             egress: EgressSettings::default(),
+            traces: TraceSettings::default(),
             brokers: BrokerSettings::default(),
         }
     }

@@ -260,6 +260,8 @@ mod tests {
             event_type: "a".into(),
             payload: "{}".into(),
             message_created_at_ms: 0,
+            traceparent: None,
+            tracestate: None,
             visible_at_ms: 0,
             tenant_pass: pass,
             tenant_share: SharePolicy::default(),

@@ -264,6 +264,11 @@ pub struct Metrics {
     pub http_connections_evicted: Family<ListenerLabel, Counter>,
     /// Requests whose handler panicked (answered 500).
     pub http_panics: Counter,
+    /// Attempt spans the OTLP exporter delivered to the collector.
+    pub trace_spans_exported: Counter,
+    /// Attempt spans dropped: the export queue was full, or the collector failed or was too
+    /// slow to take a batch.
+    pub trace_spans_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -362,6 +367,8 @@ impl Metrics {
             http_connections_refused,
             http_connections_evicted,
             http_panics: Counter::default(),
+            trace_spans_exported: Counter::default(),
+            trace_spans_dropped: Counter::default(),
             registry,
         };
         m.register_all()
@@ -524,6 +531,16 @@ impl Metrics {
             "sluice_http_panics",
             "Requests whose handler panicked, answered 500 and logged",
             self.http_panics.clone(),
+        );
+        r.register(
+            "sluice_trace_spans_exported",
+            "Spans the OTLP exporter delivered to the collector (0 with tracing off)",
+            self.trace_spans_exported.clone(),
+        );
+        r.register(
+            "sluice_trace_spans_dropped",
+            "Spans dropped: the export queue was full, or the collector failed or was too slow",
+            self.trace_spans_dropped.clone(),
         );
         self
     }

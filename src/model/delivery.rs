@@ -111,6 +111,9 @@ pub struct AttemptView {
     pub error_kind: Option<String>,
     /// Response body, truncated.
     pub response: Option<String>,
+    /// The trace it is a span of, 32 lower-case hex digits: the message's (its producer's
+    /// `traceparent`, else one derived from the message id, see [`super::trace_id_of`]).
+    pub trace_id: String,
 }
 
 /// What to make deliverable again (ready now, attempts reset, the `webhook-id` kept: the next

@@ -19,6 +19,11 @@ pub struct NewMessage {
     pub idempotency_key: Option<String>,
     /// Deliver only to this endpoint (operational notifications), bypassing the filters.
     pub only_endpoint: Option<String>,
+    /// The producer's W3C `traceparent`, when it sent a valid one (version `00` form): every
+    /// attempt of the message is a span in that trace.
+    pub traceparent: Option<String>,
+    /// The producer's `tracestate`, kept only beside a valid `traceparent`.
+    pub tracestate: Option<String>,
 }
 
 /// The result of enqueueing one message.

@@ -79,6 +79,10 @@ pub struct Claimed {
     pub payload: String,
     /// When the message was accepted (for enqueue→delivery latency).
     pub message_created_at_ms: i64,
+    /// The producer's `traceparent` kept with the message, if it sent one.
+    pub traceparent: Option<String>,
+    /// The producer's `tracestate` kept with the message, if it sent one.
+    pub tracestate: Option<String>,
     /// When this delivery became claimable.
     pub visible_at_ms: i64,
     /// Its tenant's effective pass in the claim (what its charge starts from).

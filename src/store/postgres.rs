@@ -62,6 +62,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("sql/postgres_018_endpoint_destination.sql"),
     ),
     (19, include_str!("sql/postgres_019_send_message.sql")),
+    (20, include_str!("sql/postgres_020_trace_context.sql")),
 ];
 /// Serialises migrations across processes starting at once.
 const MIGRATION_LOCK: i64 = 0x5_11ce;

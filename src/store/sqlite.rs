@@ -44,6 +44,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (12, include_str!("sql/sqlite_012_dead_letters.sql")),
     (13, include_str!("sql/sqlite_013_endpoint_destination.sql")),
+    (14, include_str!("sql/sqlite_014_trace_context.sql")),
 ];
 
 /// SQLite's own page cache, per connection, in KiB. The file's pages are in the operating

@@ -318,6 +318,8 @@ async fn check_due_later_and_after_enable(store: SharedStore) {
         .unwrap();
     let direct = NewMessage {
         only_endpoint: Some(e.id.clone()),
+        traceparent: None,
+        tracestate: None,
         ..message(&t, "a")
     };
     store.enqueue(&[direct], now + 31_000).await.unwrap();
@@ -450,6 +452,8 @@ async fn check_claim_among_many_endpoints(store: SharedStore) {
         let msgs: Vec<NewMessage> = (0..20)
             .map(|_| NewMessage {
                 only_endpoint: Some((*e).clone()),
+                traceparent: None,
+                tracestate: None,
                 ..message(&t, "none")
             })
             .collect();

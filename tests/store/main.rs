@@ -30,6 +30,7 @@ mod redelivery;
 mod retention;
 mod row_ids;
 mod settle;
+mod trace_context;
 mod upgrade;
 
 // ---- fixtures ---------------------------------------------------------------------------------
@@ -75,6 +76,8 @@ fn message(tenant: &Tenant, event_type: &str) -> NewMessage {
         payload: format!(r#"{{"type":"{event_type}","n":1}}"#),
         idempotency_key: None,
         only_endpoint: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
 

@@ -81,6 +81,8 @@ pub(crate) async fn fill(
                             payload: format!(r#"{{"sent_at_us":{},"seq":{seq}}}"#, now_us()),
                             idempotency_key: None,
                             only_endpoint: Some(ids[(seq % ids.len() as u64) as usize].clone()),
+                            traceparent: None,
+                            tracestate: None,
                         })
                         .collect();
                     store

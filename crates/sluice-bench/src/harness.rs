@@ -26,6 +26,8 @@ pub(crate) struct Sluice {
     pub http: reqwest::Client,
     /// The sluice in this process (none with `--target`).
     embedded: Option<Embedded>,
+    /// The OTLP stub its spans go to (`--otlp-endpoint sink`).
+    otlp_sink: Option<super::otlp_sink::Sink>,
 }
 
 /// Per-phase settings that differ from sluice's defaults.
@@ -68,10 +70,23 @@ impl Sluice {
                 admin_token,
                 http,
                 embedded: None,
+                otlp_sink: None,
             });
         }
         let admin_token = sluice::ids::new_token("sk_admin");
         let concurrency = args.concurrency.or(tuning.concurrency);
+        let otlp_sink = match args.otlp_endpoint.as_deref() {
+            Some("sink") => Some(
+                super::otlp_sink::Sink::start()
+                    .await
+                    .context("the OTLP stub")?,
+            ),
+            _ => None,
+        };
+        let traces = match (&otlp_sink, &args.otlp_endpoint) {
+            (Some(sink), _) => Some(sink.url.clone()),
+            (None, endpoint) => endpoint.clone(),
+        };
         let settings = RawSettings {
             listen: Some("127.0.0.1:0".into()),
             database_url: args.database_url.clone(),
@@ -85,6 +100,12 @@ impl Sluice {
             drain_grace: Some("1s".into()),
             data_dir: tuning.data_dir.clone(),
             retention: tuning.retention.clone(),
+            // Full sampling: every attempt a span.
+            traces: sluice::traces::RawTraceSettings {
+                sampler: traces.as_ref().map(|_| "always_on".to_owned()),
+                endpoint: traces,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let embedded = Embedded::try_start(settings)
@@ -96,6 +117,7 @@ impl Sluice {
             admin_token,
             http,
             embedded: Some(embedded),
+            otlp_sink,
         })
     }
 
@@ -296,6 +318,17 @@ impl Sluice {
     /// Is sluice running inside this process (so process CPU and RSS include it)?
     pub(crate) fn embedded(&self) -> bool {
         self.embedded.is_some()
+    }
+
+    /// With tracing on in the embedded sluice: spans exported and dropped so far, and the
+    /// export requests and bytes the in-process stub took (zero against another collector).
+    pub(crate) fn spans(&self) -> Option<(u64, u64, u64, u64)> {
+        let m = &self.embedded.as_ref()?.running.metrics;
+        let (requests, bytes) = self.otlp_sink.as_ref().map_or((0, 0), |s| s.taken());
+        let exported = m.trace_spans_exported.get();
+        let dropped = m.trace_spans_dropped.get();
+        (exported + dropped > 0 || self.otlp_sink.is_some())
+            .then_some((exported, dropped, requests, bytes))
     }
 
     /// Stop the embedded sluice and remove its data directory.

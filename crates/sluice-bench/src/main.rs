@@ -48,6 +48,7 @@ mod harness;
 mod history;
 mod hostile;
 mod load;
+mod otlp_sink;
 mod phase;
 mod probe;
 mod procs;
@@ -207,6 +208,11 @@ pub struct BenchArgs {
     /// Redis for fleet-wide lanes in the embedded sluice.
     #[arg(long, conflicts_with = "target")]
     pub redis_url: Option<String>,
+    /// Tracing on in the embedded sluice at full sampling (`always_on`): a span for every
+    /// attempt exported over OTLP/HTTP to this collector (`…/v1/traces`), or to a stub in this
+    /// process that answers 200 to every export with `sink` (default: tracing off).
+    #[arg(long, conflicts_with = "target")]
+    pub otlp_endpoint: Option<String>,
     /// Drive an already running sluice at this URL (it must allow 127.0.0.0/8 as a destination).
     #[arg(long, requires = "admin_token")]
     pub target: Option<String>,
@@ -339,8 +345,13 @@ impl BenchArgs {
         } else {
             ""
         };
+        let traces = match self.otlp_endpoint.as_deref() {
+            Some("sink") => ", tracing on (always_on) to an OTLP stub in this process",
+            Some(_) => ", tracing on (always_on) to the given OTLP collector",
+            None => "",
+        };
         format!(
-            "sluice in this process with the receivers and producers, {store}{redis}, all on loopback"
+            "sluice in this process with the receivers and producers, {store}{redis}{traces}, all on loopback"
         )
     }
 }

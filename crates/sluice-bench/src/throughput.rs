@@ -79,6 +79,14 @@ async fn run_on(args: &BenchArgs) -> anyhow::Result<Report> {
     let machine1 = sys::machine_busy_cpu_s();
     let store1 = store_cpu.seconds();
     let series = watch.finish();
+    // Let the last batch of spans go out before counting them.
+    let spans = match sluice.spans() {
+        Some(_) => {
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            sluice.spans()
+        }
+        None => None,
+    };
     sluice.stop().await;
     drop(receivers);
 
@@ -131,6 +139,28 @@ async fn run_on(args: &BenchArgs) -> anyhow::Result<Report> {
         Some(expected.saturating_sub(delivered) as f64),
         "",
     );
+    if let Some((exported, dropped, requests, bytes)) = spans {
+        report.figure(
+            "spans_exported",
+            "attempt spans the collector took",
+            Some(exported as f64),
+            "",
+        );
+        report.figure(
+            "spans_dropped",
+            "attempt spans dropped (export queue full or collector failed)",
+            Some(dropped as f64),
+            "",
+        );
+        if requests > 0 {
+            report.figure(
+                "span_bytes_per_span",
+                "OTLP protobuf bytes per span exported",
+                ratio(Some(bytes as f64), Some(exported as f64)),
+                "B",
+            );
+        }
+    }
     report.figure(
         "process_cpu_s_per_1000",
         "process CPU per 1,000 deliveries",

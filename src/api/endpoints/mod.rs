@@ -93,6 +93,12 @@ pub struct CreateEndpoint {
     /// its retries run out).
     #[serde(default)]
     pub ordering: DeliveryOrder,
+    /// Send W3C `traceparent` (and `tracestate`) with each attempt (HTTP headers, or a broker message's headers), as the attempt
+    /// span's context, so the receiver's own tracing joins the producer's trace (default
+    /// false: no trace header leaves sluice). Sent whenever the message came with a
+    /// `traceparent`, and for every message while sluice exports traces.
+    #[serde(default)]
+    pub trace_context: bool,
 }
 
 /// `PATCH /v1/endpoints/{id}`: every field optional; `null` clears an override.
@@ -158,6 +164,8 @@ pub struct UpdateEndpoint {
     /// `unordered` or `fifo`. Turned on with deliveries in flight, the next starts once all of
     /// them are settled.
     pub ordering: Option<DeliveryOrder>,
+    /// Send W3C `traceparent` (and `tracestate`) with each attempt (HTTP headers, or a broker message's headers).
+    pub trace_context: Option<bool>,
 }
 
 /// A new endpoint row for `tenant`, enabled, with a fresh key of `scheme`.
@@ -250,6 +258,7 @@ pub(crate) async fn create_endpoint(
     endpoint.total_timeout_ms = req.total_timeout_ms;
     endpoint.rate_limit = rate_limit;
     endpoint.ordering = req.ordering;
+    endpoint.trace_context = req.trace_context;
     let field = match &ca_bundle {
         Some(_) => "tls_ca_bundle",
         None => "tls_client_certificate",
@@ -415,7 +424,8 @@ pub(crate) async fn update_endpoint(
         connect_timeout_ms,
         read_timeout_ms,
         total_timeout_ms,
-        ordering
+        ordering,
+        trace_context
     );
     if let Some(enabled) = req.enabled {
         if enabled && !e.enabled {

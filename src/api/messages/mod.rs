@@ -132,6 +132,33 @@ pub(crate) fn check_range(
     Ok((since_ms, until_ms))
 }
 
+/// The producer's W3C trace context, when its `traceparent` is valid (W3C Trace Context
+/// Level 1, see [`crate::model::TraceParent`]); otherwise none: an invalid context is ignored,
+/// not refused, as the specification asks of a receiver. Two `traceparent` headers are
+/// invalid; several `tracestate` headers are one list.
+fn trace_context(headers: &HeaderMap) -> (Option<String>, Option<String>) {
+    let mut parents = headers.get_all("traceparent").iter();
+    let (Some(first), None) = (parents.next(), parents.next()) else {
+        return (None, None);
+    };
+    let Some(parent) = first
+        .to_str()
+        .ok()
+        .and_then(|v| crate::model::TraceParent::parse(v.trim()))
+    else {
+        return (None, None);
+    };
+    let states: Option<Vec<&str>> = headers
+        .get_all("tracestate")
+        .iter()
+        .map(|v| v.to_str().ok())
+        .collect();
+    let state = states
+        .filter(|s| !s.is_empty())
+        .and_then(|s| crate::model::tracestate(&s.join(",")));
+    (Some(parent.header()), state)
+}
+
 /// Accept a message and fan it out to the tenant's subscribed endpoints; answered after commit.
 /// A repeated `Idempotency-Key` returns the original message (200, `duplicate: true`) when the
 /// request is the same (event type and payload byte for byte); a key reused for a different
@@ -141,7 +168,15 @@ pub(crate) fn check_range(
 #[utoipa::path(post, path = "/v1/messages", tag = "messages", operation_id = "createMessage",
     security(("tenant" = [])),
     params(("Idempotency-Key" = Option<String>, Header,
-        description = "1–256 printable ASCII characters; a repeat returns the original")),
+        description = "1–256 printable ASCII characters; a repeat returns the original"),
+        ("traceparent" = Option<String>, Header,
+        description = "W3C Trace Context: every attempt of the message is a span in this \
+        trace, a child of this span. An invalid one is ignored (the message starts a trace of \
+        its own), never refused"),
+        ("tracestate" = Option<String>, Header,
+        description = "W3C Trace Context: kept beside a valid traceparent and sent on with it \
+        to endpoints that ask for trace context; an invalid one, or one over 512 bytes, is \
+        dropped")),
     request_body = CreateMessage,
     responses((status = 202, body = Created, description = "Stored and fanned out"),
         (status = 200, body = Created, description = "A repeat of an earlier request"),
@@ -192,6 +227,7 @@ pub(super) async fn create(
             )
         }
     };
+    let (traceparent, tracestate) = trace_context(&headers);
     let result = state
         .ingest
         .submit(NewMessage {
@@ -201,6 +237,8 @@ pub(super) async fn create(
             payload: payload.to_owned(),
             idempotency_key,
             only_endpoint: None,
+            traceparent,
+            tracestate,
         })
         .await?;
     if result.mismatch {

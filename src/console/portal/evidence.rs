@@ -238,6 +238,7 @@ mod tests {
             status,
             error_kind: None,
             response: None,
+            trace_id: String::new(),
         }
     }
 

@@ -44,6 +44,8 @@ pub struct EndpointForm {
     pub rate_burst: String,
     /// `unordered` (or blank) or `fifo`.
     pub ordering: String,
+    /// A ticked checkbox (`on`): send W3C trace context with each attempt; absent: don't.
+    pub trace_context: String,
     /// Headers sent with every attempt, one `Name: value` per line.
     pub headers: String,
     /// CA certificates (PEM) trusted for this endpoint.
@@ -135,6 +137,11 @@ impl From<&Endpoint> for EndpointForm {
                 DeliveryOrder::Unordered => String::new(),
                 DeliveryOrder::Fifo => "fifo".into(),
             },
+            trace_context: if e.trace_context {
+                "on".into()
+            } else {
+                String::new()
+            },
             headers: e
                 .headers
                 .iter()
@@ -208,6 +215,22 @@ fn ordering(form: &EndpointForm) -> Result<DeliveryOrder, FieldError> {
     }
 }
 
+/// The trace context checkbox: ticked sends `on`, unticked sends nothing.
+fn trace_context(form: &EndpointForm) -> bool {
+    matches!(form.trace_context.trim(), "on" | "true" | "1")
+}
+
+/// The trace context checkbox, with what it sends.
+fn trace_context_field(form: &EndpointForm) -> Markup {
+    html! {
+        label for="f-trace-context" {
+            input id="f-trace-context" type="checkbox" name="trace_context" value="on" checked[trace_context(form)];
+            " Send trace context "
+            span.hint { "each attempt carries a W3C traceparent (and tracestate), so your tracing joins the sender's trace; off: no trace header is sent" }
+        }
+    }
+}
+
 /// The ordering choice, with what FIFO costs.
 fn ordering_field(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
     let fifo = form.ordering.trim() == "fifo";
@@ -253,6 +276,7 @@ impl EndpointForm {
             oauth2: https::oauth2(self)?,
             rate_limit: rate_limit(self)?,
             ordering: ordering(self)?,
+            trace_context: trace_context(self),
             ..CreateEndpoint::default()
         })
     }
@@ -280,6 +304,7 @@ impl EndpointForm {
             headers: Some(header_lines(&self.headers)?),
             rate_limit: Some(rate_limit(self)?),
             ordering: Some(ordering(self)?),
+            trace_context: Some(trace_context(self)),
         })
     }
 }
@@ -386,6 +411,7 @@ pub fn render(ctx: &FormContext, values: &EndpointForm, error: Option<&FieldErro
             (field("event_types", "Event types", "comma-separated; blank for every type", "text", &values.event_types, error))
             (field("lane_size", "Lane size", &lane_hint, "text", &values.lane_size, error))
             (ordering_field(values, error))
+            (trace_context_field(values))
             (custom_headers(values, error))
             details open[advanced_open] {
                 summary { "Rate limit, latency ceiling and timeouts" }

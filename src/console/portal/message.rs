@@ -1,5 +1,5 @@
 //! One message's page: its payload as stored, and each delivery with its attempts (status,
-//! duration, response body as escaped text, cut), with replay for a dead one and resend for a
+//! duration, trace id, response body as escaped text, cut), with replay for a dead one and resend for a
 //! delivered one. Payloads and response bodies are hostile input: only ever text here.
 
 use std::collections::HashMap;
@@ -25,7 +25,7 @@ fn attempts_table(attempts: &[AttemptView]) -> Markup {
         @if attempts.is_empty() { p.muted { "No attempt yet." } }
         @else {
             table.cards.attempts {
-                thead { tr { th { "#" } th { "Started" } th.num { "Took" } th { "Answer" } th { "Response body" } } }
+                thead { tr { th { "#" } th { "Started" } th.num { "Took" } th { "Answer" } th { "Trace" } th { "Response body" } } }
                 tbody { @for (i, a) in attempts.iter().enumerate() { tr {
                     td data-label="#" { (i + 1) }
                     td data-label="Started" { (page::time(a.started_at_ms)) }
@@ -37,6 +37,7 @@ fn attempts_table(attempts: &[AttemptView]) -> Markup {
                             (None, None) => "—",
                         }
                     }
+                    td.mono data-label="Trace" title="OpenTelemetry trace id" { (a.trace_id) }
                     td.wide data-label="Response body" {
                         @match a.response.as_deref() {
                             Some(body) if !body.is_empty() => {

@@ -65,6 +65,9 @@ pub struct Endpoint {
     /// Whether its deliveries may overtake one another ([`DeliveryOrder::Unordered`]) or go one
     /// at a time in acceptance order ([`DeliveryOrder::Fifo`]).
     pub ordering: DeliveryOrder,
+    /// Send W3C `traceparent` (and `tracestate`) with each attempt, as the attempt span's
+    /// context, so the receiver's own tracing joins the producer's trace.
+    pub trace_context: bool,
     /// Start of the current unbroken run of failures, for auto-disable.
     pub failing_since_ms: Option<i64>,
     /// Headers sent with every attempt, lower-case names (checked by the API: no hop-by-hop,
@@ -166,6 +169,7 @@ impl Endpoint {
             total_timeout_ms: None,
             rate_limit: None,
             ordering: DeliveryOrder::Unordered,
+            trace_context: false,
             failing_since_ms: None,
             headers: BTreeMap::new(),
             tls: EndpointTls::default(),

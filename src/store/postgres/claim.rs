@@ -146,18 +146,21 @@ const CLAIM: &str = "WITH fl AS ( \
     ) \
     SELECT 0 AS kind, l.id, l.message_id, l.endpoint_id, l.tenant_id, l.attempts, \
            l.visible_at_ms, m.event_type, m.payload, m.created_at_ms, \
-           s.pass, s.own_weight, s.max_share \
-    FROM leased l CROSS JOIN LATERAL (SELECT event_type, payload, created_at_ms FROM messages \
-        WHERE id = l.message_id LIMIT 1) m \
+           s.pass, s.own_weight, s.max_share, m.traceparent, m.tracestate \
+    FROM leased l CROSS JOIN LATERAL (SELECT event_type, payload, created_at_ms, traceparent, \
+        tracestate FROM messages WHERE id = l.message_id LIMIT 1) m \
     CROSS JOIN LATERAL (SELECT * FROM sel s WHERE s.tenant_id = l.tenant_id LIMIT 1) s \
     UNION ALL \
-    SELECT 1, NULL, NULL, endpoint_id, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+    SELECT 1, NULL, NULL, endpoint_id, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+        NULL, NULL \
     FROM judged WHERE (supply < asked AND got = supply AND NOT fifo) OR (fifo AND got = 0) \
     UNION ALL \
-    SELECT 2, NULL, NULL, NULL, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+    SELECT 2, NULL, NULL, NULL, tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+        NULL, NULL \
     FROM ten0 WHERE NOT ok \
     UNION ALL \
-    SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(pass), NULL, NULL \
+    SELECT 3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(pass), NULL, NULL, \
+        NULL, NULL \
     FROM sel HAVING count(*) > 0";
 
 /// Charge the dispatcher's previous claims to the tenants' passes, in a statement (and an
@@ -254,6 +257,8 @@ pub(super) async fn claim(
                 event_type: r.get(7),
                 payload: r.get(8),
                 message_created_at_ms: r.get(9),
+                traceparent: r.get(13),
+                tracestate: r.get(14),
                 lease_token: token,
                 tenant_pass: r.get(10),
                 tenant_share: SharePolicy {

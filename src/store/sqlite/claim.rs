@@ -50,12 +50,16 @@ const FIFO_HEAD: &str = "SELECT id, message_id, attempts, visible_at_ms, state F
      WHERE endpoint_id = ?1 AND state IN (0, 1) ORDER BY id LIMIT 1";
 const CLAIM_MARK: &str = "UPDATE deliveries SET state = 1, lease_until_ms = ?1, lease_token = ?2, \
      updated_at_ms = ?3 WHERE id = ?4";
-const MESSAGE_BODY: &str = "SELECT event_type, payload, created_at_ms FROM messages WHERE id = ?1";
+const MESSAGE_BODY: &str = "SELECT event_type, payload, created_at_ms, traceparent, tracestate \
+     FROM messages WHERE id = ?1";
 /// The due time of a tenant with no due endpoint: never. Its row stays, with the cost of its
 /// deliveries, until new work lowers it.
 pub(super) const IDLE: i64 = i64::MAX;
 /// When a tenant next has work: its earliest due endpoint row.
 const TENANT_NEXT: &str = "SELECT min(due_ms) FROM due_endpoints WHERE tenant_id = ?1";
+
+/// A claimed message's event type, payload, acceptance time and trace context.
+type Body = (String, String, i64, Option<String>, Option<String>);
 
 pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatch> {
     apply_charges(c, req)?;
@@ -169,7 +173,7 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
     let lease_until = req.now_ms + req.lease_ms;
     let mut mark = c.prepare_cached(CLAIM_MARK).map_err(db)?;
     let mut body = c.prepare_cached(MESSAGE_BODY).map_err(db)?;
-    let mut bodies: HashMap<String, (String, String, i64)> = HashMap::new();
+    let mut bodies: HashMap<String, Body> = HashMap::new();
     let mut rotate: Vec<&str> = Vec::new();
     let mut moved: Vec<(&str, bool)> = Vec::new();
     for ((p, (turn, r)), &n) in picks.iter().zip(turns.iter().zip(&read)).zip(&taken) {
@@ -178,11 +182,13 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
                 .map_err(db)?;
             if !bodies.contains_key(&row.message_id) {
                 let found = body
-                    .query_row([&row.message_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .query_row([&row.message_id], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })
                     .map_err(db)?;
                 bodies.insert(row.message_id.clone(), found);
             }
-            let (event_type, payload, created) = &bodies[&row.message_id];
+            let (event_type, payload, created, traceparent, tracestate) = &bodies[&row.message_id];
             batch.claimed.push(Claimed {
                 delivery_id: row.id,
                 lease_token: token,
@@ -193,6 +199,8 @@ pub(super) fn claim(c: &Connection, req: &ClaimRequest) -> StoreResult<ClaimBatc
                 event_type: event_type.clone(),
                 payload: payload.clone(),
                 message_created_at_ms: *created,
+                traceparent: traceparent.clone(),
+                tracestate: tracestate.clone(),
                 visible_at_ms: row.visible_at_ms,
                 tenant_pass: turn.pass,
                 tenant_share: p.share,

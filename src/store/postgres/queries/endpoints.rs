@@ -11,7 +11,7 @@ const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, se
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
     created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering, \
-    destination, destination_credentials";
+    destination, destination_credentials, trace_context";
 
 /// Ready deliveries of one endpoint, due or not (counted on the `deliveries_ready` index).
 const ENDPOINT_WAITING: &str =
@@ -75,6 +75,7 @@ fn endpoint_row(r: &Row) -> Endpoint {
         ordering: DeliveryOrder::from_code(i64::from(r.get::<_, i16>(24))),
         destination: Destination::from_column(r.get(25), &url),
         destination_credentials: DestinationCredentials::from_column(r.get(26)),
+        trace_context: r.get(27),
         url,
     }
 }
@@ -99,7 +100,7 @@ pub(in crate::store::postgres) async fn create_endpoint(
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20, $21, $22, $23, $24, $25, $26, $27)"
+             $20, $21, $22, $23, $24, $25, $26, $27, $28)"
         ),
         &[
             &e.id,
@@ -129,6 +130,7 @@ pub(in crate::store::postgres) async fn create_endpoint(
             &(e.ordering.code() as i16),
             &e.destination.to_column(),
             &DestinationCredentials::to_column(&e.destination_credentials),
+            &e.trace_context,
         ],
     )
     .await
@@ -252,7 +254,7 @@ pub(in crate::store::postgres) async fn update_endpoint(
              connect_timeout_ms = $13, read_timeout_ms = $14, total_timeout_ms = $15, \
              updated_at_ms = $16, headers = $17, tls = $18, oauth2 = $19, \
              rate_per_second = $20, rate_burst = $21, ordering = $22, destination = $23, \
-             destination_credentials = $24 \
+             destination_credentials = $24, trace_context = $25 \
              WHERE id = $1 AND tenant_id = $2",
             &[
                 &e.id,
@@ -279,6 +281,7 @@ pub(in crate::store::postgres) async fn update_endpoint(
                 &(e.ordering.code() as i16),
                 &e.destination.to_column(),
                 &DestinationCredentials::to_column(&e.destination_credentials),
+                &e.trace_context,
             ],
         )
         .await

@@ -72,7 +72,8 @@ pub(in crate::store::postgres) async fn list_messages(
         .collect())
 }
 
-/// Columns: id, delivery_id, started_at_ms, duration_ms, status, error_kind, response.
+/// Columns: id, delivery_id, started_at_ms, duration_ms, status, error_kind, response,
+/// message_id, traceparent.
 fn attempt_row(r: &Row) -> AttemptView {
     AttemptView {
         id: r.get(0),
@@ -82,6 +83,7 @@ fn attempt_row(r: &Row) -> AttemptView {
         status: r.get::<_, Option<i64>>(4).map(|s| s as u16),
         error_kind: r.get(5),
         response: r.get(6),
+        trace_id: crate::model::hex(&crate::model::trace_id_of(r.get(8), r.get(7))),
     }
 }
 
@@ -147,8 +149,11 @@ pub(in crate::store::postgres) async fn attempts(
     }
     let rows = c
         .query(
-            "SELECT id, delivery_id, started_at_ms, duration_ms, status, error_kind, response \
-             FROM attempts WHERE delivery_id = $1 ORDER BY id",
+            "SELECT a.id, a.delivery_id, a.started_at_ms, a.duration_ms, a.status, a.error_kind, \
+             a.response, d.message_id, m.traceparent FROM attempts a \
+             JOIN deliveries d ON d.id = a.delivery_id \
+             LEFT JOIN messages m ON m.id = d.message_id \
+             WHERE a.delivery_id = $1 ORDER BY a.id",
             &[&delivery_id],
         )
         .await
@@ -158,7 +163,8 @@ pub(in crate::store::postgres) async fn attempts(
 
 /// An endpoint's recent attempts, newest first (the status fallback and the attempts list).
 const ENDPOINT_ATTEMPTS: &str = "SELECT a.id, a.delivery_id, a.started_at_ms, a.duration_ms, \
-    a.status, a.error_kind, a.response FROM attempts a JOIN deliveries d ON d.id = a.delivery_id \
+    a.status, a.error_kind, a.response, d.message_id, m.traceparent FROM attempts a \
+    JOIN deliveries d ON d.id = a.delivery_id LEFT JOIN messages m ON m.id = d.message_id \
     WHERE d.endpoint_id = $1 AND d.tenant_id = $2 AND a.started_at_ms >= $3 AND a.id < $4 \
     ORDER BY a.id DESC LIMIT $5";
 

@@ -52,16 +52,18 @@ const SETTLE: &str = "WITH v AS ( \
 /// so nothing is de-duplicated), and one per message addressed to a single endpoint. Returns
 /// each new message's id (endpoint NULL), then each delivery's message and endpoint.
 const ENQUEUE: &str = "WITH v AS ( \
-        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) \
-            AS v(id, tenant_id, event_type, payload, key) \
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+            $13::text[], $14::text[]) AS v(id, tenant_id, event_type, payload, key, tp, ts) \
     ), keyed AS ( \
-        INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
-        SELECT id, tenant_id, event_type, payload, key, $6 FROM v WHERE key IS NOT NULL \
+        INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms, \
+            traceparent, tracestate) \
+        SELECT id, tenant_id, event_type, payload, key, $6, tp, ts FROM v WHERE key IS NOT NULL \
         ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING \
         RETURNING id \
     ), unkeyed AS ( \
-        INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms) \
-        SELECT id, tenant_id, event_type, payload, NULL, $6 FROM v WHERE key IS NULL \
+        INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, created_at_ms, \
+            traceparent, tracestate) \
+        SELECT id, tenant_id, event_type, payload, NULL, $6, tp, ts FROM v WHERE key IS NULL \
         RETURNING id \
     ), m AS ( \
         SELECT id FROM keyed UNION ALL SELECT id FROM unkeyed \
@@ -121,6 +123,8 @@ pub(in crate::store::postgres) async fn enqueue(
         .iter()
         .map(|m| m.idempotency_key.as_deref())
         .collect();
+    let parents: Vec<Option<&str>> = messages.iter().map(|m| m.traceparent.as_deref()).collect();
+    let states: Vec<Option<&str>> = messages.iter().map(|m| m.tracestate.as_deref()).collect();
     // Routed messages: one row per candidate pattern; direct ones: their one endpoint.
     let (mut r_ids, mut r_tenants, mut r_patterns) = (Vec::new(), Vec::new(), Vec::new());
     let (mut d_ids, mut d_targets, mut d_tenants) = (Vec::new(), Vec::new(), Vec::new());
@@ -157,6 +161,8 @@ pub(in crate::store::postgres) async fn enqueue(
                 &d_ids,
                 &d_targets,
                 &d_tenants,
+                &parents,
+                &states,
             ],
         )
         .await

@@ -10,7 +10,7 @@ const ENDPOINT_COLUMNS: &str = "id, tenant_id, url, description, event_types, se
     previous_secret, previous_secret_until_ms, enabled, disabled_reason, operational, lane_size, \
     latency_ceiling_ms, connect_timeout_ms, read_timeout_ms, total_timeout_ms, failing_since_ms, \
     created_at_ms, updated_at_ms, headers, tls, oauth2, rate_per_second, rate_burst, ordering, \
-    destination, destination_credentials";
+    destination, destination_credentials, trace_context";
 
 fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
     let types: String = r.get(4)?;
@@ -43,6 +43,7 @@ fn endpoint_row(r: &Row) -> rusqlite::Result<Endpoint> {
         destination_credentials: DestinationCredentials::from_column(
             r.get::<_, Option<String>>(26)?.as_deref(),
         ),
+        trace_context: r.get(27)?,
         url,
     })
 }
@@ -60,7 +61,7 @@ pub(in crate::store::sqlite) fn create_endpoint(c: &Connection, e: &Endpoint) ->
         &format!(
             "INSERT INTO endpoints ({ENDPOINT_COLUMNS}) VALUES \
              (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, \
-             ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)"
+             ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)"
         ),
         params![
             e.id,
@@ -89,7 +90,8 @@ pub(in crate::store::sqlite) fn create_endpoint(c: &Connection, e: &Endpoint) ->
             e.rate_limit.map(|l| l.burst()),
             e.ordering.code(),
             e.destination.to_column(),
-            DestinationCredentials::to_column(&e.destination_credentials)
+            DestinationCredentials::to_column(&e.destination_credentials),
+            e.trace_context
         ],
     )
     .map_err(db)?;
@@ -199,7 +201,7 @@ pub(in crate::store::sqlite) fn update_endpoint(c: &Connection, e: &Endpoint) ->
              connect_timeout_ms = ?13, read_timeout_ms = ?14, total_timeout_ms = ?15, \
              updated_at_ms = ?16, headers = ?17, tls = ?18, oauth2 = ?19, \
              rate_per_second = ?20, rate_burst = ?21, ordering = ?22, destination = ?23, \
-             destination_credentials = ?24 \
+             destination_credentials = ?24, trace_context = ?25 \
              WHERE id = ?1 AND tenant_id = ?2",
             params![
                 e.id,
@@ -225,7 +227,8 @@ pub(in crate::store::sqlite) fn update_endpoint(c: &Connection, e: &Endpoint) ->
                 e.rate_limit.map(|l| l.burst()),
                 e.ordering.code(),
                 e.destination.to_column(),
-                DestinationCredentials::to_column(&e.destination_credentials)
+                DestinationCredentials::to_column(&e.destination_credentials),
+                e.trace_context
             ],
         )
         .map_err(db)?;

@@ -70,7 +70,8 @@ pub(in crate::store::sqlite) fn list_messages(
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-/// Columns: id, delivery_id, started_at_ms, duration_ms, status, error_kind, response.
+/// Columns: id, delivery_id, started_at_ms, duration_ms, status, error_kind, response,
+/// message_id, traceparent.
 fn attempt_row(r: &Row) -> rusqlite::Result<AttemptView> {
     Ok(AttemptView {
         id: r.get(0)?,
@@ -80,6 +81,10 @@ fn attempt_row(r: &Row) -> rusqlite::Result<AttemptView> {
         status: r.get(4)?,
         error_kind: r.get(5)?,
         response: r.get(6)?,
+        trace_id: crate::model::hex(&crate::model::trace_id_of(
+            r.get::<_, Option<String>>(8)?.as_deref(),
+            &r.get::<_, String>(7)?,
+        )),
     })
 }
 
@@ -145,8 +150,11 @@ pub(in crate::store::sqlite) fn attempts(
     }
     let mut s = c
         .prepare_cached(
-            "SELECT id, delivery_id, started_at_ms, duration_ms, status, error_kind, response \
-             FROM attempts WHERE delivery_id = ?1 ORDER BY id",
+            "SELECT a.id, a.delivery_id, a.started_at_ms, a.duration_ms, a.status, a.error_kind, \
+             a.response, d.message_id, m.traceparent FROM attempts a \
+             JOIN deliveries d ON d.id = a.delivery_id \
+             LEFT JOIN messages m ON m.id = d.message_id \
+             WHERE a.delivery_id = ?1 ORDER BY a.id",
         )
         .map_err(db)?;
     let rows = s.query_map([delivery_id], attempt_row).map_err(db)?;
@@ -155,7 +163,8 @@ pub(in crate::store::sqlite) fn attempts(
 
 /// An endpoint's recent attempts, newest first (the status fallback and the attempts list).
 const ENDPOINT_ATTEMPTS: &str = "SELECT a.id, a.delivery_id, a.started_at_ms, a.duration_ms, \
-    a.status, a.error_kind, a.response FROM attempts a JOIN deliveries d ON d.id = a.delivery_id \
+    a.status, a.error_kind, a.response, d.message_id, m.traceparent FROM attempts a \
+    JOIN deliveries d ON d.id = a.delivery_id LEFT JOIN messages m ON m.id = d.message_id \
     WHERE d.endpoint_id = ?1 AND d.tenant_id = ?2 AND a.started_at_ms >= ?3 AND a.id < ?4 \
     ORDER BY a.id DESC LIMIT ?5";
 

@@ -45,7 +45,7 @@ pub(in crate::store::sqlite) fn enqueue(
     let mut insert_message = c
         .prepare_cached(
             "INSERT INTO messages (id, tenant_id, event_type, payload, idempotency_key, \
-             created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             created_at_ms, traceparent, tracestate) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )
         .map_err(db)?;
     let mut insert_delivery = c
@@ -82,7 +82,9 @@ pub(in crate::store::sqlite) fn enqueue(
                 m.event_type,
                 m.payload,
                 m.idempotency_key,
-                now_ms
+                now_ms,
+                m.traceparent,
+                m.tracestate
             ])
             .map_err(db)?;
         let mut deliveries = 0;
