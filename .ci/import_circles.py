@@ -63,9 +63,19 @@ FLOORS = {
     "plan": _UNDER_ORCHESTRATION | {"dispatcher"},
     "api": _UNDER_ORCHESTRATION | {"dispatcher", "operational_webhooks", "web"},
     "console": _UNDER_ORCHESTRATION | {"api", "dispatcher", "plan", "web"},
-    "config": _UNDER_ORCHESTRATION | {"console", "dispatcher", "listener"},
+    "ingest": _UNDER_ORCHESTRATION | {"api", "dispatcher", "web"},
+    "config": _UNDER_ORCHESTRATION | {"console", "dispatcher", "ingest", "listener"},
     "serve": _UNDER_ORCHESTRATION
-    | {"api", "config", "console", "dispatcher", "listener", "operational_webhooks", "web"},
+    | {
+        "api",
+        "config",
+        "console",
+        "dispatcher",
+        "ingest",
+        "listener",
+        "operational_webhooks",
+        "web",
+    },
     "cli": _UNDER_ORCHESTRATION | {"config", "demo_receiver", "plan", "serve"},
 }
 

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::console::settings::{ConsoleSettings, RawConsoleSettings};
 use crate::dispatcher::{DispatchSettings, parse_concurrency};
+use crate::ingest::settings::Source;
 use crate::listener::ListenerSettings;
 use crate::metrics::MetricsSettings;
 use crate::setting::{Problems, SettingProblem, parse_duration, shown};
@@ -86,6 +87,8 @@ pub struct Config {
     pub store_deadline: Duration,
     /// How many endpoints and tenants the metrics may name.
     pub metrics: MetricsSettings,
+    /// Producers' queues events are taken from (`--ingest-from`), by the API's processes.
+    pub ingest: Vec<Source>,
 }
 
 impl Config {
@@ -177,6 +180,17 @@ impl Config {
             "role",
             self.role.name(),
             "all unless --database-url is PostgreSQL: api and dispatcher processes share one database",
+        );
+        p.check(
+            self.ingest.is_empty() || self.role.runs_api(),
+            "ingest_from",
+            format_args!(
+                "{} source(s) with --role {}",
+                self.ingest.len(),
+                self.role.name()
+            ),
+            "given only to processes that run the API (--role all or api), which store what \
+             they take as the API does",
         );
         p.into_vec()
     }
@@ -433,6 +447,18 @@ crate::setting::raw_settings! {
         #[arg(long, env = "SLUICE_BROKER_MAX_CONNECTIONS")]
         #[serde(alias = "broker_max_connections")]
         pub broker_max_connections: Option<u32>,
+        /// Take events from a producer's queue, stored as POST /v1/messages stores them:
+        /// amqp://…?queue=Q, nats://…?stream=S[&consumer=C], redis://…?stream=S[&group=G]
+        /// (README, "Ingest from a queue"); repeatable, or space-separated [default: none]
+        #[arg(
+            long = "ingest-from",
+            env = "SLUICE_INGEST_FROM",
+            value_delimiter = ' ',
+            hide_env_values = true
+        )]
+        #[serde(default)]
+        #[serde(alias = "ingest_from")]
+        pub ingest_from: Vec<String>,
         /// Operator token (otherwise one is generated on first start and printed once)
         #[arg(
             long = "admin-token",
@@ -585,6 +611,7 @@ impl RawSettings {
             }
         };
         let console = self.console.parse(&mut errors);
+        let ingest = crate::ingest::settings::parse_all(&self.ingest_from, &mut errors);
         d.egress = self.egress.parse(&mut errors);
         d.traces = self.traces.parse(&mut errors);
         let config = Config {
@@ -608,6 +635,7 @@ impl RawSettings {
             console,
             store_deadline,
             metrics,
+            ingest,
         };
         errors.extend(config.problems());
         match errors.is_empty() {

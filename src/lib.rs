@@ -27,6 +27,9 @@
 //!   as far as free capacity allows, the reaper returns expired leases and forgets idle
 //!   endpoints, the auto-sizer follows live load, the heartbeat publishes this dispatcher's load
 //!   to the store, and drain releases what has not started.
+//! - [`ingest`]: events taken from the producer's own queue (a RabbitMQ queue, a JetStream
+//!   consumer, a Redis stream, `--ingest-from`), stored as `POST /v1/messages` stores them and
+//!   acknowledged to the broker only once durable.
 //! - [`operational_webhooks`]: the notices sent to a tenant's operational webhook (an endpoint
 //!   disabled, throttling, dead letters).
 //! - [`traces`]: OpenTelemetry traces of deliveries: every attempt a span in the producer's
@@ -82,8 +85,9 @@
 //!    [`listener`] and [`demo_receiver`]. None of them imports the
 //!    store: what they need of a row comes as a noun.
 //! 6. Orchestration and the edges, the only modules that hold a store:
-//!    [`operational_webhooks`] (their sender), [`dispatcher`], [`plan`], [`api`], [`console`]; above them
-//!    the start-up: [`config`], [`serve`] (the serve wiring) and [`cli`].
+//!    [`operational_webhooks`] (their sender), [`dispatcher`], [`plan`], [`api`], [`console`],
+//!    [`ingest`] (over the API's acceptance); above them the start-up: [`config`], [`serve`]
+//!    (the serve wiring) and [`cli`].
 
 #![forbid(unsafe_code)]
 
@@ -100,6 +104,7 @@ pub mod dispatcher;
 pub mod egress;
 pub mod fairness;
 pub mod ids;
+pub mod ingest;
 pub mod listener;
 pub mod metrics;
 pub mod model;

@@ -209,6 +209,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     .with_portal_links(config.console.portal_links())
     .with_shutdown(shutdown.clone());
     let console = config.console.clone();
+    if config.role.runs_api() {
+        crate::ingest::start(&state, &config.ingest, &shutdown);
+    }
 
     let http_settings = config.http;
     let http_metrics = Arc::clone(&metrics);

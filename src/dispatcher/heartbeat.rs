@@ -162,7 +162,7 @@ const PEER_COUNT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 
 /// The name of this host (a pod's name on Kubernetes), read once; empty when the system does
 /// not say.
-fn host_name() -> &'static str {
+pub(crate) fn host_name() -> &'static str {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NAME.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")

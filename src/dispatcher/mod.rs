@@ -10,6 +10,7 @@ mod autosize;
 mod claim;
 mod endpoints;
 mod heartbeat;
+pub(crate) use heartbeat::host_name;
 mod leaser;
 mod pipeline;
 mod reaper;

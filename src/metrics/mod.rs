@@ -10,7 +10,9 @@
 //!   20), with everything else in `endpoint="other"` (see [`endpoints`]);
 //! - `tenant` only on `sluice_oldest_ready_age_seconds`, for the N tenants whose oldest ready
 //!   delivery has waited longest (`--metrics-top-tenants`, default 20);
-//! - small fixed sets: `phase`, `state`, `reason`, `listener`, `kind` (an attempt's error kind).
+//! - `source` on `sluice_ingest_messages_total`: one value per `--ingest-from` source;
+//! - small fixed sets: `phase`, `state`, `reason`, `listener`, `kind` (an attempt's error kind),
+//!   `outcome`.
 //!
 //! Every counter exists from the start at 0, failure counters included, so `rate()` and
 //! `increase()` see the first failure.
@@ -106,6 +108,15 @@ pub const HELD_REASONS: [&str; 5] = [
     "store_unavailable",
     "tenant_ceiling",
 ];
+
+/// `{source="rabbitmq:orders",outcome="stored"}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IngestLabel {
+    /// The source, as `--ingest-from` configured it (`rabbitmq:orders`): one per source.
+    pub source: String,
+    /// `stored`, `duplicate`, `refused` or `retried`.
+    pub outcome: &'static str,
+}
 
 /// `{listener="api"}`
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -234,6 +245,8 @@ pub struct Metrics {
     pub claim_seconds: Histogram,
     /// Messages accepted by the API.
     pub messages_accepted: Counter,
+    /// Messages taken from producers' queues (`--ingest-from`), by source and outcome.
+    pub ingest_messages: Family<IngestLabel, Counter>,
     /// Attempts in flight now.
     pub in_flight: Gauge,
     /// Leases an attempt extended before it started (it would have outlived its lease).
@@ -346,6 +359,7 @@ impl Metrics {
             // 0.1 ms to 6.5 s, doubling: fine enough to tell a claim's p99 from its p50.
             claim_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
             messages_accepted: Counter::default(),
+            ingest_messages: Family::default(),
             in_flight: Gauge::default(),
             leases_extended: Counter::default(),
             concurrency_limit: Gauge::default(),
@@ -417,6 +431,13 @@ impl Metrics {
             "sluice_messages_accepted",
             "Messages accepted by the API",
             self.messages_accepted.clone(),
+        );
+        r.register(
+            "sluice_ingest_messages",
+            "Messages taken from producers' queues (--ingest-from), by source and outcome: \
+             stored, duplicate (a redelivery), refused (to the broker's dead-letter place) and \
+             retried (the store could not take it yet)",
+            self.ingest_messages.clone(),
         );
         r.register(
             "sluice_in_flight",

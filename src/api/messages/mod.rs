@@ -18,7 +18,7 @@ use super::time::{Timestamp, parse_instant};
 use super::views::{DeliveryOut, StateParam, check_id};
 use super::{AppState, Body};
 use crate::ids;
-use crate::model::{DeliveryState, MessageSummary, NewMessage};
+use crate::model::{DeliveryState, Enqueued, MessageSummary, NewMessage};
 use crate::store::MessageFilter;
 use crate::web::problem::{ApiResult, Problem};
 
@@ -159,6 +159,81 @@ fn trace_context(headers: &HeaderMap) -> (Option<String>, Option<String>) {
     (Some(parent.header()), state)
 }
 
+/// A message as a producer hands it in: by `POST /v1/messages` or from its own queue
+/// ([`crate::ingest`]). Both ways in go through [`accept`], so they refuse the same messages.
+pub(crate) struct Submission<'a> {
+    /// The tenant it is for (known to exist: authenticated, or looked up by the caller).
+    pub tenant_id: String,
+    /// Its event type, not yet checked.
+    pub event_type: String,
+    /// Its payload, JSON text as received (delivered byte for byte).
+    pub payload: &'a str,
+    /// Its idempotency key, not yet checked.
+    pub idempotency_key: Option<&'a str>,
+    /// The producer's W3C `traceparent`, when it gave a valid one.
+    pub traceparent: Option<String>,
+    /// The producer's `tracestate`, kept only beside a valid `traceparent`.
+    pub tracestate: Option<String>,
+}
+
+/// Check a submission by the API's rules (event type, payload limit, idempotency key), store
+/// it fanned out, and answer once it is durable: a repeat of a key with the same request is
+/// the original (`duplicate`), with a different one a 422 and nothing stored. A 4xx is the
+/// message's fault; a 5xx the store's, and a retry with the same key is safe.
+pub(crate) async fn accept(state: &AppState, message: Submission<'_>) -> ApiResult<Enqueued> {
+    check_event_type(&message.event_type)?;
+    let payload = message.payload;
+    if payload.len() > state.max_payload_bytes {
+        return Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "payload is {} bytes; the limit is {}",
+                payload.len(),
+                state.max_payload_bytes
+            ),
+        )
+        .field("payload"));
+    }
+    let idempotency_key = match message.idempotency_key.map(str::trim) {
+        None => None,
+        Some(k) if !k.is_empty() && k.len() <= 256 && k.bytes().all(|b| b.is_ascii_graphic()) => {
+            Some(k.to_owned())
+        }
+        Some(_) => return Err(bad_idempotency_key()),
+    };
+    let result = state
+        .ingest
+        .submit(NewMessage {
+            id: ids::new_id("msg"),
+            tenant_id: message.tenant_id,
+            event_type: message.event_type,
+            payload: payload.to_owned(),
+            idempotency_key,
+            only_endpoint: None,
+            traceparent: message.traceparent,
+            tracestate: message.tracestate,
+        })
+        .await?;
+    if result.mismatch {
+        return Err(Problem::unprocessable(
+            "Idempotency-Key",
+            format!(
+                "this Idempotency-Key was used for message {} with a different event type or \
+                 payload; nothing was stored: use a new key for a new message",
+                result.id
+            ),
+        ));
+    }
+    Ok(result)
+}
+
+fn bad_idempotency_key() -> Problem {
+    Problem::bad_request(
+        "Idempotency-Key",
+        "Idempotency-Key must be 1–256 printable ASCII characters",
+    )
+}
+
 /// Accept a message and fan it out to the tenant's subscribed endpoints; answered after commit.
 /// A repeated `Idempotency-Key` returns the original message (200, `duplicate: true`) when the
 /// request is the same (event type and payload byte for byte); a key reused for a different
@@ -197,60 +272,23 @@ pub(super) async fn create(
     headers: HeaderMap,
     Body(req): Body<CreateMessage>,
 ) -> ApiResult<(StatusCode, Json<Created>)> {
-    check_event_type(&req.event_type)?;
-    let payload = req.payload.get();
-    if payload.len() > state.max_payload_bytes {
-        return Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "payload is {} bytes; the limit is {}",
-                payload.len(),
-                state.max_payload_bytes
-            ),
-        )
-        .field("payload"));
-    }
     let idempotency_key = match headers.get("idempotency-key") {
         None => None,
-        Some(v) => {
-            let key = v.to_str().ok().map(str::trim).filter(|k| {
-                !k.is_empty() && k.len() <= 256 && k.bytes().all(|b| b.is_ascii_graphic())
-            });
-            Some(
-                key.ok_or_else(|| {
-                    Problem::bad_request(
-                        "Idempotency-Key",
-                        "Idempotency-Key must be 1–256 printable ASCII characters",
-                    )
-                })?
-                .to_owned(),
-            )
-        }
+        Some(v) => Some(v.to_str().map_err(|_| bad_idempotency_key())?),
     };
     let (traceparent, tracestate) = trace_context(&headers);
-    let result = state
-        .ingest
-        .submit(NewMessage {
-            id: ids::new_id("msg"),
+    let result = accept(
+        &state,
+        Submission {
             tenant_id: tenant.id,
             event_type: req.event_type,
-            payload: payload.to_owned(),
+            payload: req.payload.get(),
             idempotency_key,
-            only_endpoint: None,
             traceparent,
             tracestate,
-        })
-        .await?;
-    if result.mismatch {
-        return Err(Problem::unprocessable(
-            "Idempotency-Key",
-            format!(
-                "this Idempotency-Key was used for message {} with a different event type or \
-                 payload; nothing was stored: use a new key for a new message",
-                result.id
-            ),
-        ));
-    }
+        },
+    )
+    .await?;
     let status = if result.duplicate {
         StatusCode::OK
     } else {
