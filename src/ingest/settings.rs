@@ -12,7 +12,7 @@ pub const DEFAULT_PREFETCH: u16 = 64;
 pub const DEFAULT_CONSUMER: &str = "sluice";
 
 /// Where in its broker a source reads.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Broker {
     /// A RabbitMQ queue, consumed with manual acknowledgement.
     Rabbitmq {
@@ -61,12 +61,12 @@ impl fmt::Debug for Source {
 
 impl Source {
     /// The source as the metrics' `source` label and the logs name it: `rabbitmq:orders`,
-    /// `nats:ORDERS/sluice`, `redis:orders`.
+    /// `nats:ORDERS/sluice`, `redis:orders/sluice` (stream and group).
     pub fn name(&self) -> String {
         match &self.broker {
             Broker::Rabbitmq { queue } => format!("rabbitmq:{queue}"),
             Broker::Nats { stream, consumer } => format!("nats:{stream}/{consumer}"),
-            Broker::Redis { stream, .. } => format!("redis:{stream}"),
+            Broker::Redis { stream, group, .. } => format!("redis:{stream}/{group}"),
         }
     }
 
@@ -290,6 +290,6 @@ mod tests {
             "redis://h?stream=a".to_owned(),
         ];
         assert_eq!(parse_all(&urls, &mut errors).len(), 1);
-        assert_eq!(errors, ["ingest-from: redis:a is given twice"]);
+        assert_eq!(errors, ["ingest-from: redis:a/sluice is given twice"]);
     }
 }
