@@ -36,10 +36,12 @@ impl Producer {
     }
 }
 
-/// `sluice serve` on `data_dir` ingesting from `url`, up once `/readyz` answers.
+/// `sluice serve` on `data_dir` ingesting from `url`, up once `/readyz` answers; with a short
+/// lease, so what the killed process held leased is delivered by the next within the test.
 async fn serve(port: u16, data_dir: &str, url: &str) -> Process {
     let p = Process::serve_on(port)
         .args(&["--data-dir", data_dir, "--ingest-from", url])
+        .args(&["--read-timeout", "3s", "--total-timeout", "3s", "--lease-ttl", "9s"])
         .spawn();
     assert!(p.answers("/readyz").await, "sluice did not start");
     p
