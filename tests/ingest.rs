@@ -148,9 +148,8 @@ async fn metrics_text(sluice: &Sluice) -> String {
 /// `sluice_ingest_messages_total{source, outcome}` of `sluice`, 0 when absent.
 pub async fn metric(sluice: &Sluice, source: &str, outcome: &str) -> u64 {
     let text = metrics_text(sluice).await;
-    let series = format!(
-        "sluice_ingest_messages_total{{source=\"{source}\",outcome=\"{outcome}\"}} "
-    );
+    let series =
+        format!("sluice_ingest_messages_total{{source=\"{source}\",outcome=\"{outcome}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&series))
         .map_or(0, |v| v.trim().parse().unwrap())

@@ -36,43 +36,71 @@ impl Producer {
     }
 }
 
-/// `sluice serve` on `data_dir` ingesting from `url`, up once `/readyz` answers; with a short
-/// lease, so what the killed process held leased is delivered by the next within the test.
-async fn serve(port: u16, data_dir: &str, url: &str) -> Process {
-    let p = Process::serve_on(port)
-        .args(&["--data-dir", data_dir, "--ingest-from", url])
-        .args(&["--read-timeout", "3s", "--total-timeout", "3s", "--lease-ttl", "9s"])
-        .spawn();
+/// `sluice serve` on `data_dir`, ingesting from `url` when given, up once `/readyz` answers;
+/// with a short lease, so what the killed process held leased is delivered by the next within
+/// the test.
+async fn serve(port: u16, data_dir: &str, url: Option<&str>) -> Process {
+    let mut p = Process::serve_on(port)
+        .args(&["--data-dir", data_dir])
+        .args(&[
+            "--read-timeout",
+            "3s",
+            "--total-timeout",
+            "3s",
+            "--lease-ttl",
+            "9s",
+        ]);
+    if let Some(url) = url {
+        p = p.args(&["--ingest-from", url]);
+    }
+    let p = p.spawn();
     assert!(p.answers("/readyz").await, "sluice did not start");
     p
 }
 
-/// Publish [`EVENTS`] events while the first sluice takes them, kill it with SIGKILL
-/// mid-stream, start another on the same store: every event is delivered, and stored once.
+/// A backlog of half the [`EVENTS`] waits in the broker; a sluice starts taking it while the
+/// producer publishes the other half. Once it has delivered some, the test holds the database's
+/// write lock, so what it takes next cannot commit (the store is down for it: kept, tried
+/// again), and kills it with SIGKILL meanwhile: messages taken and not stored. Another starts on
+/// the same store: every event is delivered, and stored once.
 async fn killed_mid_stream_loses_nothing(url: String, mut producer: Producer) {
-    let rx = receiver::start(receiver::Behavior::Fast, true).await.unwrap();
+    let rx = receiver::start(receiver::Behavior::Fast, true)
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().to_str().unwrap().to_owned();
     let port = sluice_testkit::free_port();
-    let first = serve(port, &data_dir, &url).await;
-    let api = Client::new(&first.base);
+    // The tenant and its endpoint first, by a sluice that does not ingest.
+    let setup = serve(port, &data_dir, None).await;
+    let api = Client::new(&setup.base);
     let (tenant, token) = api.tenant("shop").await;
     api.endpoint(&token, &rx.url(), json!({})).await;
+    setup.sigterm_and_wait();
+    for i in 0..EVENTS / 2 {
+        producer.publish(event(&tenant, i), i).await;
+    }
 
+    let first = serve(port, &data_dir, Some(&url)).await;
     let publishing = tokio::spawn(async move {
-        for i in 0..EVENTS {
+        for i in EVENTS / 2..EVENTS {
             producer.publish(event(&tenant, i), i).await;
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
     assert!(
-        eventually(WAIT, || async { rx.record.distinct_ids().len() >= 20 }).await,
+        eventually(WAIT, || async { !rx.record.distinct_ids().is_empty() }).await,
         "nothing delivered before the kill"
     );
+    let db = rusqlite::Connection::open(dir.path().join("sluice.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(30)).unwrap();
+    db.execute_batch("BEGIN IMMEDIATE").unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
     first.kill();
+    db.execute_batch("ROLLBACK").unwrap();
+    drop(db);
     let at_kill = rx.record.distinct_ids().len();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let second = serve(port, &data_dir, &url).await;
+    let second = serve(port, &data_dir, Some(&url)).await;
     publishing.await.unwrap();
     assert!(
         at_kill < EVENTS,
@@ -82,13 +110,15 @@ async fn killed_mid_stream_loses_nothing(url: String, mut producer: Producer) {
         rx.record
             .received()
             .iter()
-            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["i"].as_u64().unwrap())
+            .map(|r| {
+                serde_json::from_slice::<Value>(&r.body).unwrap()["i"]
+                    .as_u64()
+                    .unwrap()
+            })
             .collect::<BTreeSet<u64>>()
     };
     let all = eventually(WAIT, || async { payloads().len() == EVENTS }).await;
-    let (status, page, _) = api
-        .get("/v1/messages?limit=500", Some(&token))
-        .await;
+    let (status, page, _) = api.get("/v1/messages?limit=500", Some(&token)).await;
     second.kill();
     assert!(all, "lost: {} of {EVENTS} arrived", payloads().len());
     assert_eq!(status, 200, "{page}");

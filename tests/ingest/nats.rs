@@ -91,14 +91,21 @@ async fn poison_is_terminated_the_good_ones_delivered_and_a_second_reading_store
             publish(&js, &subject, bad.clone()).await;
         }
     }
-    assert!(s.delivered(GOOD).await, "the good events were not all delivered");
+    assert!(
+        s.delivered(GOOD).await,
+        "the good events were not all delivered"
+    );
     assert_eq!(s.verified(), (0..GOOD as u64).collect());
     let advisories: Vec<_> = terminated
         .take(3)
         .take_until(tokio::time::sleep(WAIT))
         .collect()
         .await;
-    assert_eq!(advisories.len(), 3, "three messages terminated by consumer a");
+    assert_eq!(
+        advisories.len(),
+        3,
+        "three messages terminated by consumer a"
+    );
     for source in ["nats:{stream}/a", "nats:{stream}/b"] {
         let source = source.replace("{stream}", &stream);
         assert!(

@@ -131,7 +131,10 @@ async fn poison_goes_to_the_dead_letter_queue_and_the_good_ones_are_delivered_on
             publish(&channel, &queue, bad, &format!("bad{i}")).await;
         }
     }
-    assert!(s.delivered(GOOD).await, "the good events were not all delivered");
+    assert!(
+        s.delivered(GOOD).await,
+        "the good events were not all delivered"
+    );
     assert_eq!(s.verified(), (0..GOOD as u64).collect());
     assert!(
         eventually(WAIT, || async { depth(&channel, &dead).await == 3 }).await,
@@ -145,7 +148,10 @@ async fn poison_goes_to_the_dead_letter_queue_and_the_good_ones_are_delivered_on
     // A producer's retry (or a redelivery) of a message: the same message-id, stored once.
     publish(&channel, &queue, &event(&s.tenant, 0), "m0").await;
     assert!(
-        eventually(WAIT, || async { s.counted(&source, "duplicate").await == 1 }).await,
+        eventually(WAIT, || async {
+            s.counted(&source, "duplicate").await == 1
+        })
+        .await,
         "the repeat was not taken as a duplicate"
     );
     assert_eq!(s.stored().await, GOOD);

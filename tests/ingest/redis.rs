@@ -61,9 +61,15 @@ async fn poison_goes_to_the_refusals_stream_and_a_second_group_stores_nothing() 
             publish(&mut conn, &stream, bad).await;
         }
     }
-    assert!(s.delivered(GOOD).await, "the good events were not all delivered");
+    assert!(
+        s.delivered(GOOD).await,
+        "the good events were not all delivered"
+    );
     assert_eq!(s.verified(), (0..GOOD as u64).collect());
-    for (group, refused) in [("a", format!("{stream}:refused")), ("b", format!("{stream}:refused-b"))] {
+    for (group, refused) in [
+        ("a", format!("{stream}:refused")),
+        ("b", format!("{stream}:refused-b")),
+    ] {
         let source = format!("redis:{stream}/{group}");
         assert!(
             eventually(WAIT, || async {
@@ -84,14 +90,30 @@ async fn poison_goes_to_the_refusals_stream_and_a_second_group_stores_nothing() 
             .unwrap();
         assert_eq!(entries.len(), 3, "{refused}: {entries:?}");
         let field = |e: &(String, Vec<(String, String)>), k: &str| {
-            e.1.iter().find(|(f, _)| f == k).map(|(_, v)| v.clone()).unwrap_or_default()
+            e.1.iter()
+                .find(|(f, _)| f == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
         };
         assert_eq!(field(&entries[0], "body"), "this is not json");
-        assert!(field(&entries[0], "reason").contains("not an event"), "{entries:?}");
-        assert!(field(&entries[1], "reason").starts_with("tenant_id"), "{entries:?}");
-        assert!(field(&entries[2], "reason").starts_with("event_type"), "{entries:?}");
+        assert!(
+            field(&entries[0], "reason").contains("not an event"),
+            "{entries:?}"
+        );
+        assert!(
+            field(&entries[1], "reason").starts_with("tenant_id"),
+            "{entries:?}"
+        );
+        assert!(
+            field(&entries[2], "reason").starts_with("event_type"),
+            "{entries:?}"
+        );
         assert_eq!(field(&entries[2], "stream"), stream);
-        assert_eq!(pending(&mut conn, &stream, group).await, 0, "{group}: all acknowledged");
+        assert_eq!(
+            pending(&mut conn, &stream, group).await,
+            0,
+            "{group}: all acknowledged"
+        );
     }
     assert_eq!(s.stored().await, GOOD, "the second reading stored nothing");
     s.sluice.stop().await;
