@@ -22,6 +22,8 @@ mod nats;
 mod rabbitmq;
 #[path = "ingest/redis.rs"]
 mod redis_streams;
+#[path = "ingest/store_down.rs"]
+mod store_down;
 
 /// Long enough for a delivery on a busy 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -68,12 +70,17 @@ pub struct Ingesting {
 impl Ingesting {
     /// Start it; events published from now on are for [`Ingesting::tenant`].
     pub async fn start(urls: &[String]) -> Ingesting {
-        let rx = receiver::start(Behavior::Fast, true).await.unwrap();
-        let sluice = Sluice::start(sluice::config::RawSettings {
+        Self::start_with(sluice::config::RawSettings {
             ingest_from: urls.to_vec(),
             ..test_settings()
         })
-        .await;
+        .await
+    }
+
+    /// [`Ingesting::start`] with these settings (which name the sources).
+    pub async fn start_with(raw: sluice::config::RawSettings) -> Ingesting {
+        let rx = receiver::start(Behavior::Fast, true).await.unwrap();
+        let sluice = Sluice::start(raw).await;
         let (tenant, token) = sluice.tenant("shop").await;
         let (_, secret) = sluice.endpoint(&token, &rx.url(), json!({})).await;
         Ingesting {
