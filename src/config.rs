@@ -931,6 +931,42 @@ mod tests {
     }
 
     #[test]
+    fn ingest_sources_are_read_checked_and_only_for_the_api() {
+        let c = RawSettings {
+            ingest_from: vec![
+                "amqp://guest:guest@127.0.0.1:5672/%2f?queue=events".into(),
+                "redis://127.0.0.1:6379/0?stream=events".into(),
+            ],
+            ..Default::default()
+        }
+        .validate()
+        .expect("valid");
+        let names: Vec<_> = c.ingest.iter().map(|s| s.name()).collect();
+        assert_eq!(names, ["rabbitmq:events", "redis:events/sluice"]);
+        let err = RawSettings {
+            ingest_from: vec![
+                "amqp://u:secret@h/%2f".into(),
+                "nats://h:4222?stream=S".into(),
+            ],
+            database_url: Some("postgres://db/sluice".into()),
+            role: Some(Role::Dispatcher),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(err.0.len(), 2, "{err}");
+        assert!(
+            err.0[0].starts_with("ingest-from: ") && err.0[0].contains("?queue="),
+            "{err}"
+        );
+        assert!(
+            err.0[1].starts_with("ingest-from: 1 source(s) with --role dispatcher"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
     fn defaults_are_valid() {
         let c = RawSettings::default().validate().expect("defaults");
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
