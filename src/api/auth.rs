@@ -15,7 +15,7 @@ use crate::web::problem::Problem;
 
 /// How long a verified tenant token is trusted before it is checked again (so a rotated or
 /// deleted tenant's old token stops working within this bound).
-const TOKEN_CACHE_TTL: Duration = Duration::from_secs(2);
+pub(crate) const TOKEN_CACHE_TTL: Duration = Duration::from_secs(2);
 
 /// The settings key holding the admin token's hash.
 pub const ADMIN_TOKEN_SETTING: &str = "admin_token_sha256";

@@ -15,6 +15,7 @@
 //! - [`settings`]: the `--ingest-from` URLs.
 //! - [`event`]: the message's envelope and its idempotency key.
 //! - [`backoff`]: the waits between tries.
+//! - `tenants`: the tenants known to exist, remembered as briefly as the API's tokens.
 //! - [`rabbitmq`], [`nats`], [`redis`]: one consumer per broker kind, each reconnecting with
 //!   backoff on its own task.
 
@@ -24,8 +25,7 @@ mod nats;
 mod rabbitmq;
 mod redis;
 pub mod settings;
-
-use std::time::Duration;
+mod tenants;
 
 use crate::api::AppState;
 use crate::api::messages::{Submission, accept};
@@ -35,6 +35,7 @@ use crate::store::StoreError;
 
 use backoff::Backoff;
 use settings::{Broker, Source};
+use tenants::KnownTenants;
 
 /// What became of one message: what its consumer tells the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +71,7 @@ pub fn start(state: &AppState, sources: &[Source], shutdown: &Shutdown) {
         let taker = Taker {
             state: state.clone(),
             source: source.name(),
+            tenants: KnownTenants::default(),
         };
         for outcome in OUTCOMES {
             let _ = taker.counter(outcome);
@@ -102,6 +104,8 @@ struct Taker {
     state: AppState,
     /// The source's name, its metrics' `source` label.
     source: String,
+    /// Tenants its messages named that exist.
+    tenants: KnownTenants,
 }
 
 impl Taker {
@@ -123,12 +127,9 @@ impl Taker {
         let mut backoff = Backoff::default();
         loop {
             match self.try_take(body, identity).await {
+                Ok(Outcome::Refused(reason)) => return self.refuse(reason),
                 Ok(outcome) => {
                     self.counter(outcome.label()).inc();
-                    if let Outcome::Refused(reason) = &outcome {
-                        tracing::warn!(source = %self.source, identity, %reason,
-                            "ingest: refused a message");
-                    }
                     return outcome;
                 }
                 Err(cause) => {
@@ -142,6 +143,13 @@ impl Taker {
         }
     }
 
+    /// Refuse a message for `reason`: counted and logged; the consumer refuses it to its broker.
+    fn refuse(&self, reason: String) -> Outcome {
+        self.counter("refused").inc();
+        tracing::warn!(source = %self.source, %reason, "ingest: refused a message");
+        Outcome::Refused(reason)
+    }
+
     /// One try: the outcome, or why the store could not take it now.
     async fn try_take(&self, body: &[u8], identity: Option<&str>) -> Result<Outcome, String> {
         let event = match event::read(body, identity) {
@@ -149,15 +157,17 @@ impl Taker {
             Err(reason) => return Ok(Outcome::Refused(reason)),
         };
         // The API knows its tenant from the token; a message names it, so it must exist.
-        match self.state.store.tenant(&event.tenant_id).await {
-            Ok(_) => {}
-            Err(StoreError::NotFound(_)) => {
-                return Ok(Outcome::Refused(format!(
-                    "tenant_id: no tenant {:?}",
-                    event.tenant_id
-                )));
+        if !self.tenants.knows(&event.tenant_id) {
+            match self.state.store.tenant(&event.tenant_id).await {
+                Ok(_) => self.tenants.found(&event.tenant_id),
+                Err(StoreError::NotFound(_)) => {
+                    return Ok(Outcome::Refused(format!(
+                        "tenant_id: no tenant {:?}",
+                        event.tenant_id
+                    )));
+                }
+                Err(e) => return Err(e.to_string()),
             }
-            Err(e) => return Err(e.to_string()),
         }
         let submission = Submission {
             tenant_id: event.tenant_id,
@@ -181,7 +191,3 @@ impl Taker {
         }
     }
 }
-
-/// How long a blocking read waits before it reads again (and so notices a connection gone
-/// quiet).
-const READ_BLOCK: Duration = Duration::from_secs(5);

@@ -12,11 +12,15 @@ use tokio::time::Instant;
 
 use super::backoff::Backoff;
 use super::settings::{Broker, Source};
-use super::{Outcome, READ_BLOCK, Taker};
+use super::{Outcome, Taker};
 
 /// How long an entry stays pending with another consumer before this one claims it: far
 /// longer than storing one takes, so only a consumer that is gone loses its entries.
 pub(super) const CLAIM_IDLE: Duration = Duration::from_secs(60);
+
+/// How long a blocking read waits before it reads again (and so notices a connection gone
+/// quiet).
+const READ_BLOCK: Duration = Duration::from_secs(5);
 
 /// One `XREADGROUP` answer: per stream, its entries, each an id and its fields (none when the
 /// entry was deleted while pending).
@@ -130,7 +134,7 @@ async fn consume_until_error(
                     }
                     // Deleted or trimmed while pending: nothing is left to take or refuse.
                     None if pending => Outcome::Stored { duplicate: true },
-                    None => taker.take(b"", None).await,
+                    None => taker.refuse("the entry has no `body` field".into()),
                 };
                 if let Outcome::Refused(reason) = &outcome {
                     refuse(&mut conn, refused, stream, &id, body.as_deref(), reason).await?;
