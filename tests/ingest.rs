@@ -20,6 +20,8 @@ mod crash;
 mod nats;
 #[path = "ingest/rabbitmq.rs"]
 mod rabbitmq;
+#[path = "ingest/reconnect.rs"]
+mod reconnect;
 #[path = "ingest/redis.rs"]
 mod redis_streams;
 #[path = "ingest/store_down.rs"]
