@@ -3,7 +3,9 @@
 //! each test on a queue, stream or consumer group of its own: events published to the broker
 //! are delivered, signed, to a loopback receiver; a poison message among good ones goes to the
 //! broker's dead-letter place while the good ones are delivered; a redelivery stores nothing
-//! twice; a sluice killed with SIGKILL mid-stream loses nothing. No broker is mocked.
+//! twice; a sluice killed with SIGKILL mid-stream loses nothing; a store that is down keeps
+//! events unacknowledged, never refused; a broker that is not there yet, or goes away, is
+//! waited for. No broker is mocked.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
