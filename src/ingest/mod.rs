@@ -28,7 +28,7 @@ pub mod settings;
 mod tenants;
 
 use crate::api::AppState;
-use crate::api::messages::{Submission, accept};
+use crate::api::messages::{Submission, accept, trace_context_of};
 use crate::metrics::IngestLabel;
 use crate::shutdown::{Phase, Shutdown};
 use crate::store::StoreError;
@@ -99,6 +99,16 @@ pub fn start(state: &AppState, sources: &[Source], shutdown: &Shutdown) {
     }
 }
 
+/// A message's W3C trace context as its broker carried it (headers, or a Redis entry's fields
+/// named `traceparent` and `tracestate`), not yet checked.
+#[derive(Debug, Default)]
+pub(super) struct Trace {
+    /// `traceparent`.
+    pub parent: Option<String>,
+    /// `tracestate`.
+    pub state: Option<String>,
+}
+
 /// Stores the events of one source, as the API would.
 struct Taker {
     state: AppState,
@@ -123,10 +133,10 @@ impl Taker {
     /// Store the event in `body` (its broker identity `identity`), trying again with backoff
     /// for as long as the store cannot take it: the answer is always final, and the message is
     /// acknowledged or refused by it.
-    async fn take(&self, body: &[u8], identity: Option<&str>) -> Outcome {
+    async fn take(&self, body: &[u8], identity: Option<&str>, trace: &Trace) -> Outcome {
         let mut backoff = Backoff::default();
         loop {
-            match self.try_take(body, identity).await {
+            match self.try_take(body, identity, trace).await {
                 Ok(Outcome::Refused(reason)) => return self.refuse(reason),
                 Ok(outcome) => {
                     self.counter(outcome.label()).inc();
@@ -151,7 +161,12 @@ impl Taker {
     }
 
     /// One try: the outcome, or why the store could not take it now.
-    async fn try_take(&self, body: &[u8], identity: Option<&str>) -> Result<Outcome, String> {
+    async fn try_take(
+        &self,
+        body: &[u8],
+        identity: Option<&str>,
+        trace: &Trace,
+    ) -> Result<Outcome, String> {
         let event = match event::read(body, identity) {
             Ok(event) => event,
             Err(reason) => return Ok(Outcome::Refused(reason)),
@@ -169,13 +184,18 @@ impl Taker {
                 Err(e) => return Err(e.to_string()),
             }
         }
+        // Read as `POST /v1/messages` reads its headers: an invalid context is ignored.
+        let (traceparent, tracestate) = match &trace.parent {
+            Some(parent) => trace_context_of(parent, trace.state.as_deref()),
+            None => (None, None),
+        };
         let submission = Submission {
             tenant_id: event.tenant_id,
             event_type: event.event_type,
             payload: &event.payload,
             idempotency_key: event.idempotency_key.as_deref(),
-            traceparent: None,
-            tracestate: None,
+            traceparent,
+            tracestate,
         };
         match accept(&self.state, submission).await {
             Ok(enqueued) => Ok(Outcome::Stored {

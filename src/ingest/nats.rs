@@ -9,7 +9,7 @@ use futures_util::TryStreamExt;
 
 use super::backoff::Backoff;
 use super::settings::{Broker, Source};
-use super::{Outcome, Taker};
+use super::{Outcome, Taker, Trace};
 
 /// Boxed errors, as async-nats answers them.
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -63,7 +63,18 @@ async fn consume_until_error(
                     .info()
                     .map(|i| format!("nats:{}:{}", i.stream, i.stream_sequence))
                     .ok();
-                match taker.take(&message.payload, identity.as_deref()).await {
+                let header = |name: &str| {
+                    let headers = message.headers.as_ref()?;
+                    headers.get(name).map(|v| v.as_str().to_owned())
+                };
+                let trace = Trace {
+                    parent: header("traceparent"),
+                    state: header("tracestate"),
+                };
+                match taker
+                    .take(&message.payload, identity.as_deref(), &trace)
+                    .await
+                {
                     Outcome::Stored { .. } => message.ack().await?,
                     Outcome::Refused(reason) if reason_taken => {
                         let reply = message.reply.clone().ok_or("not a JetStream message")?;

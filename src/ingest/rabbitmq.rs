@@ -5,12 +5,12 @@
 
 use futures_util::TryStreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties};
 
 use super::backoff::Backoff;
 use super::settings::{Broker, Source};
-use super::{Outcome, Taker};
+use super::{Outcome, Taker, Trace};
 
 /// The consumer tag sluice consumes as (seen in the management UI).
 const TAG: &str = "sluice-ingest";
@@ -54,7 +54,22 @@ async fn consume_until_error(
                 .message_id()
                 .as_ref()
                 .map(|id| format!("rabbitmq:{queue}:{id}"));
-            match taker.take(&delivery.data, identity.as_deref()).await {
+            let headers = delivery.properties.headers().as_ref();
+            let header = |name: &str| match headers.and_then(|h| h.inner().get(name)) {
+                Some(AMQPValue::LongString(s)) => {
+                    Some(String::from_utf8_lossy(s.as_bytes()).into())
+                }
+                Some(AMQPValue::ShortString(s)) => Some(s.as_str().to_owned()),
+                _ => None,
+            };
+            let trace = Trace {
+                parent: header("traceparent"),
+                state: header("tracestate"),
+            };
+            match taker
+                .take(&delivery.data, identity.as_deref(), &trace)
+                .await
+            {
                 Outcome::Stored { .. } => delivery.ack(BasicAckOptions::default()).await?,
                 Outcome::Refused(_) => {
                     delivery

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::backoff::Backoff;
 use super::settings::{Broker, Source};
-use super::{Outcome, Taker};
+use super::{Outcome, Taker, Trace};
 
 /// How long an entry stays pending with another consumer before this one claims it: far
 /// longer than storing one takes, so only a consumer that is gone loses its entries.
@@ -122,15 +122,21 @@ async fn consume_until_error(
         let tasks = entries.into_iter().map(|(id, fields)| {
             let mut conn = conn.clone();
             async move {
-                let body = fields
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|(k, _)| k == "body")
-                    .map(|(_, v)| v);
+                let mut fields = fields.unwrap_or_default();
+                let mut field = |name: &str| {
+                    let at = fields.iter().position(|(k, _)| k == name)?;
+                    Some(fields.swap_remove(at).1)
+                };
+                let body = field("body");
+                let text = |v: Vec<u8>| String::from_utf8(v).ok();
+                let trace = Trace {
+                    parent: field("traceparent").and_then(text),
+                    state: field("tracestate").and_then(text),
+                };
                 let outcome = match &body {
                     Some(body) => {
                         let identity = format!("redis:{stream}:{id}");
-                        taker.take(body, Some(&identity)).await
+                        taker.take(body, Some(&identity), &trace).await
                     }
                     // Deleted or trimmed while pending: nothing is left to take or refuse.
                     None if pending => Outcome::Stored { duplicate: true },

@@ -8,7 +8,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 
-use super::{Ingesting, WAIT, event, eventually, poison, support, unique};
+use super::{Ingesting, WAIT, event, eventually, poison, receiver, support, unique};
 
 /// The broker's URL as sluice is given it (without the queue).
 pub(super) const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -157,4 +157,71 @@ async fn poison_goes_to_the_dead_letter_queue_and_the_good_ones_are_delivered_on
     assert_eq!(s.stored().await, GOOD);
     assert_eq!(depth(&channel, &queue).await, 0, "everything acknowledged");
     s.sluice.stop().await;
+}
+
+/// Records the `traceparent` of every request a receiver answers.
+#[derive(Default)]
+struct TraceParents(std::sync::Mutex<Vec<Option<String>>>);
+
+impl receiver::Observer for TraceParents {
+    fn request(&self, headers: &axum::http::HeaderMap, _body: &[u8]) {
+        let parent = headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        self.0.lock().unwrap().push(parent);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_messages_traceparent_header_puts_its_deliveries_in_the_producers_trace() {
+    const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let Some((_conn, channel)) = broker().await else {
+        return;
+    };
+    let (queue, _) = queue_with_dead_letters(&channel).await;
+    let s = support::Sluice::start(sluice::config::RawSettings {
+        ingest_from: vec![format!("{BROKER}?queue={queue}")],
+        ..support::test_settings()
+    })
+    .await;
+    let (tenant, token) = s.tenant("shop").await;
+    let seen = std::sync::Arc::new(TraceParents::default());
+    let rx = receiver::start_observed(receiver::Behavior::Fast, seen.clone())
+        .await
+        .unwrap();
+    s.endpoint(
+        &token,
+        &rx.url(),
+        serde_json::json!({ "trace_context": true }),
+    )
+    .await;
+    let mut headers = FieldTable::default();
+    headers.insert(
+        "traceparent".into(),
+        AMQPValue::LongString(format!("00-{TRACE_ID}-00f067aa0ba902b7-01").as_str().into()),
+    );
+    channel
+        .basic_publish(
+            "".into(),
+            queue.as_str().into(),
+            BasicPublishOptions::default(),
+            &event(&tenant, 1),
+            BasicProperties::default().with_headers(headers),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(
+        eventually(WAIT, || async { rx.record.requests() >= 1 }).await,
+        "not delivered"
+    );
+    let parents = seen.0.lock().unwrap().clone();
+    let parent = parents[0].clone().expect("a traceparent sent on");
+    assert!(
+        parent.starts_with(&format!("00-{TRACE_ID}-")),
+        "the producer's trace: {parent}"
+    );
+    s.stop().await;
 }

@@ -141,11 +141,7 @@ fn trace_context(headers: &HeaderMap) -> (Option<String>, Option<String>) {
     let (Some(first), None) = (parents.next(), parents.next()) else {
         return (None, None);
     };
-    let Some(parent) = first
-        .to_str()
-        .ok()
-        .and_then(|v| crate::model::TraceParent::parse(v.trim()))
-    else {
+    let Ok(parent) = first.to_str() else {
         return (None, None);
     };
     let states: Option<Vec<&str>> = headers
@@ -153,10 +149,23 @@ fn trace_context(headers: &HeaderMap) -> (Option<String>, Option<String>) {
         .iter()
         .map(|v| v.to_str().ok())
         .collect();
-    let state = states
-        .filter(|s| !s.is_empty())
-        .and_then(|s| crate::model::tracestate(&s.join(",")));
-    (Some(parent.header()), state)
+    let state = states.filter(|s| !s.is_empty()).map(|s| s.join(","));
+    trace_context_of(parent, state.as_deref())
+}
+
+/// The trace context of one `traceparent` and its `tracestate` (the list as one value), by
+/// the same rules, wherever they came from (HTTP headers, a broker message's headers).
+pub(crate) fn trace_context_of(
+    parent: &str,
+    state: Option<&str>,
+) -> (Option<String>, Option<String>) {
+    let Some(parent) = crate::model::TraceParent::parse(parent.trim()) else {
+        return (None, None);
+    };
+    (
+        Some(parent.header()),
+        state.and_then(crate::model::tracestate),
+    )
 }
 
 /// A message as a producer hands it in: by `POST /v1/messages` or from its own queue
