@@ -122,6 +122,7 @@ async fn consume_until_error(
         let tasks = entries.into_iter().map(|(id, fields)| {
             let mut conn = conn.clone();
             async move {
+                let deleted = fields.is_none();
                 let mut fields = fields.unwrap_or_default();
                 let mut field = |name: &str| {
                     let at = fields.iter().position(|(k, _)| k == name)?;
@@ -139,7 +140,7 @@ async fn consume_until_error(
                         taker.take(body, Some(&identity), &trace).await
                     }
                     // Deleted or trimmed while pending: nothing is left to take or refuse.
-                    None if pending => Outcome::Stored { duplicate: true },
+                    None if deleted => Outcome::Stored { duplicate: true },
                     None => taker.refuse("the entry has no `body` field".into()),
                 };
                 if let Outcome::Refused(reason) = &outcome {
