@@ -130,6 +130,12 @@ pub enum ErrorKind {
     BrokerBlocked,
     /// A broker refused the message as too large.
     TooLarge,
+    /// A cloud service (SQS, SNS, EventBridge) throttled the request: read like a 429.
+    Throttled,
+    /// The service refused the message itself as invalid (a parameter it rejects, an
+    /// EventBridge payload that is not a JSON object): no retry would change it, so it is dead
+    /// at once.
+    Invalid,
     /// Anything else.
     Other,
 }
@@ -158,6 +164,8 @@ impl ErrorKind {
             ErrorKind::BrokerNotFound => "broker_not_found",
             ErrorKind::BrokerBlocked => "broker_blocked",
             ErrorKind::TooLarge => "too_large",
+            ErrorKind::Throttled => "throttled",
+            ErrorKind::Invalid => "invalid",
             ErrorKind::Other => "error",
         }
     }
@@ -174,7 +182,7 @@ impl ErrorKind {
     }
 
     /// Every kind, in the order of the enum (the label values of the failures metric).
-    pub const ALL: [ErrorKind; 21] = [
+    pub const ALL: [ErrorKind; 23] = [
         ErrorKind::ConnectTimeout,
         ErrorKind::ReadTimeout,
         ErrorKind::TotalTimeout,
@@ -195,6 +203,8 @@ impl ErrorKind {
         ErrorKind::BrokerNotFound,
         ErrorKind::BrokerBlocked,
         ErrorKind::TooLarge,
+        ErrorKind::Throttled,
+        ErrorKind::Invalid,
         ErrorKind::Other,
     ];
 }
@@ -374,6 +384,8 @@ mod tests {
                 | ErrorKind::BrokerNotFound
                 | ErrorKind::BrokerBlocked
                 | ErrorKind::TooLarge
+                | ErrorKind::Throttled
+                | ErrorKind::Invalid
                 | ErrorKind::Other => true,
             };
             assert!(listed);

@@ -48,7 +48,8 @@ impl AttemptKind {
     pub fn classify(status: Option<u16>, error_kind: Option<&str>) -> Self {
         match (status, error_kind) {
             (Some(200..=299), _) => Self::Delivered,
-            (Some(429), _) => Self::Throttled,
+            // A cloud service's throttling error is its 429.
+            (Some(429), _) | (None, Some("throttled")) => Self::Throttled,
             (Some(500..=599), _) => Self::ServerError,
             (Some(_), _) => Self::Other,
             (None, Some("connection_refused")) => Self::Refused,
@@ -62,9 +63,10 @@ impl AttemptKind {
             (None, Some("tls_timeout")) => Self::TlsTimeout,
             (None, Some("token_endpoint" | "token_too_large")) => Self::Token,
             (None, Some("broker_blocked")) => Self::BrokerBlocked,
-            (None, Some("unroutable" | "broker_auth" | "broker_not_found" | "too_large")) => {
-                Self::BrokerRefused
-            }
+            (
+                None,
+                Some("unroutable" | "broker_auth" | "broker_not_found" | "too_large" | "invalid"),
+            ) => Self::BrokerRefused,
             (None, _) => Self::Other,
         }
     }

@@ -26,13 +26,19 @@ pub enum DestinationType {
     Nats,
     /// Redis Streams: an `XADD` to an existing stream, acknowledged by its entry id.
     Redis,
+    /// Amazon SQS (standard or FIFO): a `SendMessage`, accepted by its `MessageId`.
+    Sqs,
+    /// Amazon SNS (standard or FIFO): a `Publish`, accepted by its `MessageId`.
+    Sns,
+    /// Amazon EventBridge: a `PutEvents` of one entry, accepted with `FailedEntryCount` 0.
+    Eventbridge,
 }
 
 /// What an endpoint delivers to.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DestinationIn {
-    /// `http`, `rabbitmq`, `nats` or `redis`.
+    /// `http`, `rabbitmq`, `nats`, `redis`, `sqs`, `sns` or `eventbridge`.
     #[serde(rename = "type")]
     pub kind: DestinationType,
     /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`, or
@@ -41,8 +47,10 @@ pub struct DestinationIn {
     /// `rediss://…` over TLS. Over TLS the broker's certificate must name the URL's host and
     /// chain to a CA this endpoint trusts (`tls_ca_bundle`, or the operator's and the
     /// system's); a `tls_client_certificate` is presented when the broker asks for one. Never
-    /// with credentials in it.
-    pub url: String,
+    /// with credentials in it. Required for these; the AWS types take none (see
+    /// `endpoint_url`).
+    #[serde(default)]
+    pub url: Option<String>,
     /// `rabbitmq`: the exchange published to; omitted or `""` is the default exchange, which
     /// routes to the queue named by `routing_key`.
     #[serde(default)]
@@ -61,28 +69,70 @@ pub struct DestinationIn {
     /// 1–1000000000; omitted: no trimming.
     #[serde(default, deserialize_with = "crate::api::whole::option")]
     pub max_len: Option<u32>,
-    /// The broker's credentials: write-only, never shown. On a PATCH, left out keeps the
-    /// stored ones when the type is unchanged.
+    /// `sqs`: the queue's URL (`https://sqs.REGION.amazonaws.com/ACCOUNT/NAME`); a name
+    /// ending in `.fifo` is a FIFO queue (`MessageGroupId` the endpoint id,
+    /// `MessageDeduplicationId` the message id).
+    #[serde(default)]
+    pub queue_url: Option<String>,
+    /// `sns`: the topic's ARN (`arn:aws:sns:REGION:ACCOUNT:NAME`); a name ending in `.fifo` is
+    /// a FIFO topic.
+    #[serde(default)]
+    pub topic_arn: Option<String>,
+    /// `eventbridge`: the event bus's name or ARN (`default` is the account's default bus).
+    #[serde(default)]
+    pub event_bus_name: Option<String>,
+    /// `eventbridge`: each entry's `Source` (1 to 256 characters, not starting with `aws.`);
+    /// omitted: `sluice`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// `sqs`, `sns`, `eventbridge`: the AWS region (`us-east-1`), which requests are signed
+    /// for.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `sqs`, `sns`, `eventbridge`: the service endpoint (http or https: a VPC endpoint, an
+    /// emulator), judged by the egress guard like a receiver's URL; omitted: the region's
+    /// (`https://sqs.REGION.amazonaws.com`, `sns.…`, `events.…`).
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// The broker's or service's credentials: write-only, never shown. On a PATCH, left out
+    /// keeps the stored ones when the type is unchanged.
     #[serde(default)]
     pub credentials: Option<CredentialsIn>,
 }
 
-/// A broker's credentials (write-only).
-#[derive(Deserialize, ToSchema)]
+/// A broker's or AWS service's credentials (write-only).
+#[derive(Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialsIn {
     /// User name.
+    #[serde(default)]
     pub username: Option<String>,
     /// Password.
+    #[serde(default)]
     pub password: Option<String>,
     /// `nats`: a token, instead of a user name and password.
+    #[serde(default)]
     pub token: Option<String>,
+    /// AWS (`sqs`, `sns`, `eventbridge`): the access key id; required there, with
+    /// `secret_access_key`.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    /// AWS: the secret access key.
+    #[serde(default)]
+    pub secret_access_key: Option<String>,
+    /// AWS: the session token of temporary credentials.
+    #[serde(default)]
+    pub session_token: Option<String>,
 }
 
 impl std::fmt::Debug for CredentialsIn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CredentialsIn")
             .field("username", &self.username)
+            .field(
+                "access_key_id",
+                &self.access_key_id.as_ref().map(|_| "<hidden>"),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -140,7 +190,8 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
                     "applies only to brokers (an HTTP endpoint authenticates with headers or oauth2)",
                 );
             }
-            let url = check_destination_of(state, "destination.url", &d.url).await?;
+            let url = required_url(&d, "http")?;
+            let url = check_destination_of(state, "destination.url", url).await?;
             Ok(Checked {
                 destination: Destination::Http { url },
                 credentials: Some(None),
@@ -154,7 +205,8 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             if d.credentials.as_ref().is_some_and(|c| c.token.is_some()) {
                 return refuse("credentials.token", "applies only to nats");
             }
-            let url = check_broker_url(state, &d.url, &["amqp", "amqps"]).await?;
+            let url =
+                check_broker_url(state, required_url(&d, "rabbitmq")?, &["amqp", "amqps"]).await?;
             let exchange = d.exchange.unwrap_or_default();
             let Some(routing_key) = d.routing_key else {
                 return refuse("routing_key", "is required for rabbitmq");
@@ -179,7 +231,7 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             if d.routing_key.is_some() {
                 return refuse("routing_key", "applies only to rabbitmq");
             }
-            let url = check_broker_url(state, &d.url, &["nats", "tls"]).await?;
+            let url = check_broker_url(state, required_url(&d, "nats")?, &["nats", "tls"]).await?;
             let Some(subject) = d.subject else {
                 return refuse("subject", "is required for nats");
             };
@@ -201,7 +253,8 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
         }
         DestinationType::Redis => {
             only_for(&d, "redis")?;
-            let url = check_broker_url(state, &d.url, &["redis", "rediss"]).await?;
+            let url =
+                check_broker_url(state, required_url(&d, "redis")?, &["redis", "rediss"]).await?;
             let db = url::Url::parse(&url)
                 .ok()
                 .map(|u| u.path().trim_start_matches('/').to_owned())
@@ -234,12 +287,75 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
                 credentials: credentials.map(Some),
             })
         }
+        DestinationType::Sqs | DestinationType::Sns | DestinationType::Eventbridge => {
+            super::destination_aws::check(state, d).await
+        }
     }
 }
 
+/// The `url` a type other than AWS's requires.
+fn required_url<'a>(d: &'a DestinationIn, kind: &str) -> Result<&'a str, Problem> {
+    d.url.as_deref().ok_or_else(|| {
+        Problem::unprocessable(
+            "destination.url",
+            format!("destination.url is required for {kind}"),
+        )
+    })
+}
+
 /// Refuse the fields of other kinds than `kind`.
-fn only_for(d: &DestinationIn, kind: &str) -> Result<(), Problem> {
+pub(super) fn only_for(d: &DestinationIn, kind: &str) -> Result<(), Problem> {
+    let aws = matches!(kind, "sqs" | "sns" | "eventbridge");
+    let c = d.credentials.as_ref();
+    let aws_only = [
+        ("region", d.region.is_some()),
+        ("endpoint_url", d.endpoint_url.is_some()),
+        (
+            "credentials.access_key_id",
+            c.is_some_and(|c| c.access_key_id.is_some()),
+        ),
+        (
+            "credentials.secret_access_key",
+            c.is_some_and(|c| c.secret_access_key.is_some()),
+        ),
+        (
+            "credentials.session_token",
+            c.is_some_and(|c| c.session_token.is_some()),
+        ),
+    ];
+    let not_aws = [
+        ("url", d.url.is_some()),
+        (
+            "credentials.username",
+            c.is_some_and(|c| c.username.is_some()),
+        ),
+        (
+            "credentials.password",
+            c.is_some_and(|c| c.password.is_some()),
+        ),
+    ];
+    let wrong = if aws {
+        not_aws
+            .iter()
+            .find(|(_, set)| *set)
+            .map(|(f, _)| (*f, "does not apply to sqs, sns or eventbridge (AWS takes endpoint_url and credentials.access_key_id and secret_access_key)"))
+    } else {
+        aws_only
+            .iter()
+            .find(|(_, set)| *set)
+            .map(|(f, _)| (*f, "applies only to sqs, sns and eventbridge"))
+    };
+    if let Some((field, why)) = wrong {
+        return Err(Problem::unprocessable(
+            &format!("destination.{field}"),
+            format!("destination.{field} {why}"),
+        ));
+    }
     let given = [
+        ("queue_url", d.queue_url.is_some(), "sqs"),
+        ("topic_arn", d.topic_arn.is_some(), "sns"),
+        ("event_bus_name", d.event_bus_name.is_some(), "eventbridge"),
+        ("source", d.source.is_some(), "eventbridge"),
         ("exchange", d.exchange.is_some(), "rabbitmq"),
         ("routing_key", d.routing_key.is_some(), "rabbitmq"),
         ("subject", d.subject.is_some(), "nats"),
@@ -282,14 +398,30 @@ fn check_subject(subject: &str) -> Result<(), Problem> {
     }
 }
 
-fn credentials_of(c: CredentialsIn) -> Result<DestinationCredentials, Problem> {
+pub(super) fn credentials_of(c: CredentialsIn) -> Result<DestinationCredentials, Problem> {
     check_credential("username", c.username.as_deref())?;
     check_credential("password", c.password.as_deref())?;
     check_credential("token", c.token.as_deref())?;
+    check_credential("access_key_id", c.access_key_id.as_deref())?;
+    check_credential("secret_access_key", c.secret_access_key.as_deref())?;
+    // An STS session token runs past a kilobyte.
+    if c.session_token
+        .as_deref()
+        .is_some_and(|t| t.is_empty() || t.len() > 4096 || t.chars().any(char::is_control))
+    {
+        return Err(Problem::unprocessable(
+            "destination.credentials.session_token",
+            "destination.credentials.session_token must be 1 to 4096 bytes without control \
+             characters",
+        ));
+    }
     Ok(DestinationCredentials {
         username: c.username,
         password: c.password,
         token: c.token,
+        access_key_id: c.access_key_id,
+        secret_access_key: c.secret_access_key,
+        session_token: c.session_token,
     })
 }
 

@@ -3,6 +3,7 @@
 pub(crate) mod actions;
 pub(crate) mod checks;
 pub(crate) mod destination;
+mod destination_aws;
 pub(crate) mod jwks;
 pub(crate) mod status;
 pub(crate) mod tls;
