@@ -3,11 +3,15 @@
 //! package, a broker's refusals are failed attempts named by their kind, credentials appear in
 //! no answer, and the API names every bad field. Over TLS, against a `nats-server` and a
 //! `redis-server` started with TLS and RabbitMQ behind a TLS terminator. No broker is mocked.
+//! The AWS destinations (SQS, SNS, EventBridge) against moto, a server of the AWS wire
+//! protocols with signature checking, one per test.
 
 use sluice_testkit as support;
 
 #[path = "destinations/api.rs"]
 mod api;
+#[path = "destinations/aws.rs"]
+mod aws;
 #[path = "destinations/blocked.rs"]
 mod blocked;
 #[path = "destinations/fleet.rs"]

@@ -264,6 +264,15 @@ fn attributes<'a>(target: &'a Target, signed: &'a Signed<'_>) -> Vec<(&'a str, S
 /// The code and message of a JSON-protocol error (`{"__type": "…#Code", "message": …}`).
 fn json_refusal(response: &Response) -> Refusal {
     let v: serde_json::Value = serde_json::from_slice(&response.body).unwrap_or_default();
+    if v.is_null() {
+        // Some refusals (of the signature, before the service reads the call) come as the
+        // query protocol's XML whatever the call's protocol.
+        let body = String::from_utf8_lossy(&response.body);
+        return Refusal {
+            code: xml_text(&body, "Code"),
+            message: xml_text(&body, "Message").unwrap_or_default(),
+        };
+    }
     let code = v["__type"]
         .as_str()
         .or(v["code"].as_str())
