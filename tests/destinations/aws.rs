@@ -33,10 +33,17 @@ impl Moto {
         let port = support::free_port();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("moto.log");
-        let args: Vec<String> = ["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()]
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
+        let args: Vec<String> = [
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
         let server = super::servers::start(python.as_ref(), &args, &log, port).await;
         let base = format!("http://127.0.0.1:{port}");
         let out = std::process::Command::new(&python)
@@ -90,7 +97,13 @@ impl Moto {
     }
 
     /// An endpoint of `kind` with `fields`, the key of this server's user, at this server.
-    async fn endpoint(&self, s: &Sluice, token: &str, kind: &str, fields: Value) -> (String, String) {
+    async fn endpoint(
+        &self,
+        s: &Sluice,
+        token: &str,
+        kind: &str,
+        fields: Value,
+    ) -> (String, String) {
         let mut destination = json!({
             "type": kind, "region": "us-east-1", "endpoint_url": self.base,
             "credentials": self.credentials(),
@@ -99,7 +112,11 @@ impl Moto {
             destination[k] = v.clone();
         }
         let (status, created) = s
-            .post(token, "/v1/endpoints", json!({ "destination": destination }))
+            .post(
+                token,
+                "/v1/endpoints",
+                json!({ "destination": destination }),
+            )
             .await;
         assert_eq!(status, 201, "{created}");
         let shown = created.to_string();
@@ -161,7 +178,11 @@ async fn an_sqs_delivery_arrives_once_signed_and_a_fifo_queue_gets_its_group_and
     assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
     let delivery = attempt["delivery_id"].as_str().unwrap().to_owned();
     let (status, body) = s
-        .post(&token, &format!("/v1/deliveries/{delivery}/resend"), json!({}))
+        .post(
+            &token,
+            &format!("/v1/deliveries/{delivery}/resend"),
+            json!({}),
+        )
         .await;
     assert!(status < 300, "{status} {body}");
     let attempts = format!("/v1/endpoints/{id}/attempts");
@@ -178,7 +199,11 @@ async fn an_sqs_delivery_arrives_once_signed_and_a_fifo_queue_gets_its_group_and
         assert_eq!(a["error_kind"], Value::Null, "{a}");
     }
     let got = moto.receive(&fifo);
-    assert_eq!(got.len(), 1, "de-duplicated by MessageDeduplicationId: {got:?}");
+    assert_eq!(
+        got.len(),
+        1,
+        "de-duplicated by MessageDeduplicationId: {got:?}"
+    );
     assert_eq!(got[0]["system"]["MessageGroupId"], id.as_str(), "{got:?}");
     assert_eq!(
         got[0]["system"]["MessageDeduplicationId"],
@@ -198,7 +223,12 @@ async fn sns_and_eventbridge_deliveries_reach_what_is_subscribed_to_them() {
 
     // SNS: a queue subscribed with raw message delivery gets the body and the attributes.
     let (id, secret) = moto
-        .endpoint(&s, &token, "sns", json!({ "topic_arn": moto.made("topic") }))
+        .endpoint(
+            &s,
+            &token,
+            "sns",
+            json!({ "topic_arn": moto.made("topic") }),
+        )
         .await;
     let message_id = s.send(&token, "order.created", json!({ "order": 3 })).await;
     let attempt = first_attempt(&s, &token, &id).await;
@@ -219,8 +249,12 @@ async fn sns_and_eventbridge_deliveries_reach_what_is_subscribed_to_them() {
             json!({ "event_bus_name": moto.made("bus"), "source": "shop.orders" }),
         )
         .await;
-    s.send(&token, "order.shipped", json!({ "order": 4, "items": [1, 2] }))
-        .await;
+    s.send(
+        &token,
+        "order.shipped",
+        json!({ "order": 4, "items": [1, 2] }),
+    )
+    .await;
     let attempt = first_attempt(&s, &token, &id).await;
     assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
     let got = moto.receive(&moto.made("from_events"));
@@ -228,7 +262,11 @@ async fn sns_and_eventbridge_deliveries_reach_what_is_subscribed_to_them() {
     let event: Value = serde_json::from_str(got[0]["body"].as_str().unwrap()).unwrap();
     assert_eq!(event["detail-type"], "order.shipped", "{event}");
     assert_eq!(event["source"], "shop.orders", "{event}");
-    assert_eq!(event["detail"], json!({ "order": 4, "items": [1, 2] }), "{event}");
+    assert_eq!(
+        event["detail"],
+        json!({ "order": 4, "items": [1, 2] }),
+        "{event}"
+    );
     s.stop().await;
 }
 
@@ -240,7 +278,12 @@ async fn no_such_queue_topic_or_bus_and_refused_credentials_are_failed_attempts_
     let s = Sluice::start(test_settings()).await;
     let missing_queue = format!("{}/123456789012/no-such-queue", moto.base);
     let cases = [
-        ("sqs", json!({ "queue_url": missing_queue }), None, "broker_not_found"),
+        (
+            "sqs",
+            json!({ "queue_url": missing_queue }),
+            None,
+            "broker_not_found",
+        ),
         (
             "sns",
             json!({ "topic_arn": "arn:aws:sns:us-east-1:123456789012:no-such-topic" }),
@@ -256,13 +299,17 @@ async fn no_such_queue_topic_or_bus_and_refused_credentials_are_failed_attempts_
         (
             "sqs",
             json!({ "queue_url": moto.made("standard") }),
-            Some(json!({ "access_key_id": moto.made("access_key_id"), "secret_access_key": "not-the-secret" })),
+            Some(
+                json!({ "access_key_id": moto.made("access_key_id"), "secret_access_key": "not-the-secret" }),
+            ),
             "broker_auth",
         ),
         (
             "sns",
             json!({ "topic_arn": moto.made("topic") }),
-            Some(json!({ "access_key_id": "AKIANOSUCHKEY0000000", "secret_access_key": "whatever-secret" })),
+            Some(
+                json!({ "access_key_id": "AKIANOSUCHKEY0000000", "secret_access_key": "whatever-secret" }),
+            ),
             "broker_auth",
         ),
     ];
@@ -277,13 +324,20 @@ async fn no_such_queue_topic_or_bus_and_refused_credentials_are_failed_attempts_
             destination[k] = v.clone();
         }
         let (status, created) = s
-            .post(&token, "/v1/endpoints", json!({ "destination": destination }))
+            .post(
+                &token,
+                "/v1/endpoints",
+                json!({ "destination": destination }),
+            )
             .await;
         assert_eq!(status, 201, "{created}");
         let id = created["id"].as_str().unwrap().to_owned();
         s.send(&token, "order.created", json!({ "order": 5 })).await;
         let attempt = first_attempt(&s, &token, &id).await;
-        assert_eq!(attempt["error_kind"], expected, "{kind} {fields}: {attempt}");
+        assert_eq!(
+            attempt["error_kind"], expected,
+            "{kind} {fields}: {attempt}"
+        );
         let shown = attempt.to_string();
         assert!(
             !shown.contains("not-the-secret") && !shown.contains(&moto.made("secret_access_key")),
@@ -294,7 +348,12 @@ async fn no_such_queue_topic_or_bus_and_refused_credentials_are_failed_attempts_
     // EventBridge takes only a JSON object as Detail: anything else is dead at once.
     let (_, token) = s.tenant("arrays").await;
     let (id, _) = moto
-        .endpoint(&s, &token, "eventbridge", json!({ "event_bus_name": moto.made("bus") }))
+        .endpoint(
+            &s,
+            &token,
+            "eventbridge",
+            json!({ "event_bus_name": moto.made("bus") }),
+        )
         .await;
     s.send(&token, "order.created", json!([1, 2, 3])).await;
     let attempt = first_attempt(&s, &token, &id).await;
@@ -306,11 +365,18 @@ async fn no_such_queue_topic_or_bus_and_refused_credentials_are_failed_attempts_
 async fn aws_destinations_are_checked_field_by_field() {
     let s = Sluice::start(test_settings()).await;
     let (_, token) = s.tenant("acme").await;
-    let key = json!({ "access_key_id": "AKIAEXAMPLE", "secret_access_key": "s3cr3t-key-never-shown" });
+    let key =
+        json!({ "access_key_id": "AKIAEXAMPLE", "secret_access_key": "s3cr3t-key-never-shown" });
     let queue = "http://127.0.0.1:9/123456789012/orders";
     let bad = [
-        (json!({ "type": "sqs", "queue_url": queue }), "destination.region"),
-        (json!({ "type": "sqs", "region": "us-east-1" }), "destination.queue_url"),
+        (
+            json!({ "type": "sqs", "queue_url": queue }),
+            "destination.region",
+        ),
+        (
+            json!({ "type": "sqs", "region": "us-east-1" }),
+            "destination.queue_url",
+        ),
         (
             json!({ "type": "sqs", "region": "us-east-1", "queue_url": "not a url" }),
             "destination.queue_url",
@@ -331,7 +397,10 @@ async fn aws_destinations_are_checked_field_by_field() {
             json!({ "type": "sns", "region": "us-east-1", "topic_arn": "arn:aws:sns:us-east-1:1:t", "queue_url": queue }),
             "destination.queue_url",
         ),
-        (json!({ "type": "eventbridge", "region": "us-east-1" }), "destination.event_bus_name"),
+        (
+            json!({ "type": "eventbridge", "region": "us-east-1" }),
+            "destination.event_bus_name",
+        ),
         (
             json!({ "type": "eventbridge", "region": "us-east-1", "event_bus_name": "b", "source": "aws.events" }),
             "destination.source",
@@ -355,7 +424,11 @@ async fn aws_destinations_are_checked_field_by_field() {
     ];
     for (destination, field) in bad {
         let (status, problem) = s
-            .post(&token, "/v1/endpoints", json!({ "destination": destination }))
+            .post(
+                &token,
+                "/v1/endpoints",
+                json!({ "destination": destination }),
+            )
             .await;
         assert_eq!(status, 422, "{destination}: {problem}");
         assert_eq!(problem["field"], field, "{destination}: {problem}");
@@ -371,7 +444,10 @@ async fn aws_destinations_are_checked_field_by_field() {
         .await;
     assert_eq!(status, 201, "{shown}");
     let d = &shown["destination"];
-    assert_eq!(d["endpoint_url"], "https://sqs.eu-west-1.amazonaws.com", "{shown}");
+    assert_eq!(
+        d["endpoint_url"], "https://sqs.eu-west-1.amazonaws.com",
+        "{shown}"
+    );
     assert_eq!(d["has_credentials"], true);
     let id = shown["id"].as_str().unwrap();
     let (_, list) = s.get(&token, "/v1/endpoints").await;

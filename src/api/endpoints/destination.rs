@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::checks::check_destination_of;
+use super::destination_aws::AwsIn;
 use crate::api::AppState;
 use crate::api::views::check_text;
 use crate::model::{Destination, DestinationCredentials, broker_default_port};
@@ -288,7 +289,40 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
             })
         }
         DestinationType::Sqs | DestinationType::Sns | DestinationType::Eventbridge => {
-            super::destination_aws::check(state, d).await
+            let kind = match d.kind {
+                DestinationType::Sqs => "sqs",
+                DestinationType::Sns => "sns",
+                _ => "eventbridge",
+            };
+            only_for(&d, kind)?;
+            let credentials = match d.credentials {
+                Some(c) => {
+                    if c.access_key_id.is_none() || c.secret_access_key.is_none() {
+                        return refuse(
+                            "credentials.secret_access_key",
+                            "and credentials.access_key_id are both required for AWS",
+                        );
+                    }
+                    if c.token.is_some() {
+                        return refuse("credentials.token", "applies only to nats");
+                    }
+                    Some(credentials_of(c)?)
+                }
+                None => None,
+            };
+            let aws = AwsIn {
+                kind,
+                region: d.region,
+                endpoint_url: d.endpoint_url,
+                queue_url: d.queue_url,
+                topic_arn: d.topic_arn,
+                event_bus_name: d.event_bus_name,
+                source: d.source,
+            };
+            Ok(Checked {
+                destination: super::destination_aws::check(state, aws).await?,
+                credentials: credentials.map(Some),
+            })
         }
     }
 }
@@ -304,7 +338,7 @@ fn required_url<'a>(d: &'a DestinationIn, kind: &str) -> Result<&'a str, Problem
 }
 
 /// Refuse the fields of other kinds than `kind`.
-pub(super) fn only_for(d: &DestinationIn, kind: &str) -> Result<(), Problem> {
+fn only_for(d: &DestinationIn, kind: &str) -> Result<(), Problem> {
     let aws = matches!(kind, "sqs" | "sns" | "eventbridge");
     let c = d.credentials.as_ref();
     let aws_only = [
@@ -398,7 +432,7 @@ fn check_subject(subject: &str) -> Result<(), Problem> {
     }
 }
 
-pub(super) fn credentials_of(c: CredentialsIn) -> Result<DestinationCredentials, Problem> {
+fn credentials_of(c: CredentialsIn) -> Result<DestinationCredentials, Problem> {
     check_credential("username", c.username.as_deref())?;
     check_credential("password", c.password.as_deref())?;
     check_credential("token", c.token.as_deref())?;

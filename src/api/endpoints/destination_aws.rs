@@ -3,7 +3,6 @@
 //! receiver's URL, and an access key (write-only).
 
 use super::checks::check_destination_of;
-use super::destination::{Checked, DestinationIn, DestinationType, credentials_of, only_for};
 use crate::api::AppState;
 use crate::model::{Destination, aws_endpoint};
 use crate::web::problem::Problem;
@@ -15,14 +14,27 @@ fn refuse<T>(field: &str, why: &str) -> Result<T, Problem> {
     ))
 }
 
-/// Check an `sqs`, `sns` or `eventbridge` destination.
-pub(super) async fn check(state: &AppState, d: DestinationIn) -> Result<Checked, Problem> {
-    let (kind, service) = match d.kind {
-        DestinationType::Sqs => ("sqs", "sqs"),
-        DestinationType::Sns => ("sns", "sns"),
-        _ => ("eventbridge", "events"),
+/// An AWS destination's fields as given (the other types' refused already).
+pub(super) struct AwsIn {
+    /// `sqs`, `sns` or `eventbridge`.
+    pub kind: &'static str,
+    pub region: Option<String>,
+    pub endpoint_url: Option<String>,
+    pub queue_url: Option<String>,
+    pub topic_arn: Option<String>,
+    pub event_bus_name: Option<String>,
+    pub source: Option<String>,
+}
+
+/// Check an `sqs`, `sns` or `eventbridge` destination (its credentials are checked with every
+/// type's).
+pub(super) async fn check(state: &AppState, d: AwsIn) -> Result<Destination, Problem> {
+    let kind = d.kind;
+    let service = match kind {
+        "sqs" => "sqs",
+        "sns" => "sns",
+        _ => "events",
     };
-    only_for(&d, kind)?;
     let Some(region) = d.region.clone() else {
         return refuse("region", &format!("is required for {kind}"));
     };
@@ -42,23 +54,8 @@ pub(super) async fn check(state: &AppState, d: DestinationIn) -> Result<Checked,
         Some(u) => check_destination_of(state, "destination.endpoint_url", u).await?,
         None => aws_endpoint(service, &region),
     };
-    let credentials = match d.credentials {
-        Some(c) => {
-            if c.access_key_id.is_none() || c.secret_access_key.is_none() {
-                return refuse(
-                    "credentials.secret_access_key",
-                    "and credentials.access_key_id are both required for AWS",
-                );
-            }
-            if c.token.is_some() {
-                return refuse("credentials.token", "applies only to nats");
-            }
-            Some(credentials_of(c)?)
-        }
-        None => None,
-    };
-    let destination = match d.kind {
-        DestinationType::Sqs => {
+    let destination = match kind {
+        "sqs" => {
             let Some(queue_url) = d.queue_url else {
                 return refuse("queue_url", "is required for sqs");
             };
@@ -69,7 +66,7 @@ pub(super) async fn check(state: &AppState, d: DestinationIn) -> Result<Checked,
                 region,
             }
         }
-        DestinationType::Sns => {
+        "sns" => {
             let Some(topic_arn) = d.topic_arn else {
                 return refuse("topic_arn", "is required for sns");
             };
@@ -125,10 +122,7 @@ pub(super) async fn check(state: &AppState, d: DestinationIn) -> Result<Checked,
             }
         }
     };
-    Ok(Checked {
-        destination,
-        credentials: credentials.map(Some),
-    })
+    Ok(destination)
 }
 
 /// A queue URL: http or https, a host, and a path `/ACCOUNT/NAME` whose name SQS would take.
