@@ -81,7 +81,7 @@ pub struct FailureCounts {
     pub timed_out: u32,
     /// 5xx answers.
     pub server_error: u32,
-    /// 429 answers.
+    /// 429 answers, and a cloud service's throttling errors (`throttled`).
     pub throttled: u32,
     /// Certificates no trusted CA signed.
     pub certificate_unknown: u32,
@@ -99,8 +99,8 @@ pub struct FailureCounts {
     pub token: u32,
     /// A broker blocking publishers or at its limits.
     pub broker_blocked: u32,
-    /// A broker refusing the message (unroutable, no such exchange or stream, credentials,
-    /// size).
+    /// A broker or cloud service refusing the message (unroutable, no such exchange, stream,
+    /// queue, topic or bus, credentials, size, an invalid message).
     pub broker_refused: u32,
     /// Every other failure (3xx and 4xx answers, resets, DNS, refused destinations).
     pub other: u32,
@@ -164,8 +164,8 @@ impl FailureCounts {
             ),
             (
                 self.broker_refused,
-                "were refused by the broker (unroutable, no such exchange or stream, \
-                 credentials, size)",
+                "were refused by the broker or service (unroutable, no such exchange, stream, \
+                 queue, topic or bus, credentials, size, invalid)",
             ),
             (self.other, "failed otherwise (3xx or 4xx, reset or DNS)"),
         ]
