@@ -9,6 +9,10 @@
   receive ENDPOINT KEY SECRET QUEUE_URL
                    prints, as JSON, every message the queue holds (as a consumer receives it,
                    with all message attributes and system attributes).
+  consume ENDPOINT KEY SECRET QUEUE_URL
+                   reads and deletes the queue's messages until killed, printing each one's
+                   `sent_at_us` (from the payload, or from an EventBridge event's `detail`) on a
+                   line of its own: `sluice bench destinations`' consumer.
 """
 
 import json
@@ -124,8 +128,27 @@ def receive(endpoint, key, secret, queue_url):
     print(json.dumps(out))
 
 
+def consume(endpoint, key, secret, queue_url):
+    sqs = client("sqs", endpoint, key, secret)
+    while True:
+        got = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1
+        ).get("Messages", [])
+        if got:
+            sqs.delete_message_batch(
+                QueueUrl=queue_url,
+                Entries=[
+                    {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}
+                    for n, m in enumerate(got)
+                ],
+            )
+        for m in got:
+            body = json.loads(m["Body"])
+            if isinstance(body, dict) and "detail-type" in body:
+                body = body["detail"]
+            print(body.get("sent_at_us", 0) if isinstance(body, dict) else 0, flush=True)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "setup":
-        setup(sys.argv[2])
-    else:
-        receive(*sys.argv[2:6])
+    command = {"setup": setup, "receive": receive, "consume": consume}[sys.argv[1]]
+    command(*sys.argv[2:])

@@ -2,7 +2,7 @@
 //! each destination kind, from a fresh sluice and store each: a loopback HTTP receiver (the
 //! yardstick), RabbitMQ (a durable queue behind the default exchange), NATS JetStream (a stream
 //! of its own) and Redis Streams (a stream of its own), every one at 127.0.0.1 as `.ci/run`
-//! starts them. Per kind: deliveries/s, enqueue→delivery latency, the attempt's service time
+//! starts them; and Amazon SQS, SNS and EventBridge against a moto server of each run's own. Per kind: deliveries/s, enqueue→delivery latency, the attempt's service time
 //! (for a broker: connect, publish and its acknowledgement) and CPU, and each broker's
 //! deliveries/s against HTTP's. Embedded SQLite by default; `--database-url` for PostgreSQL.
 //!
@@ -12,9 +12,11 @@
 //! # Layout
 //! - [`run`](mod@run): one kind on a fresh sluice: its consumer, its endpoint, the burst;
 //! - [`consumers`]: a consumer per broker, feeding the timeline;
+//! - [`aws`]: the AWS kinds' consumers, behind moto;
 //! - [`verdicts`]: the target (a broker reaches 0.8× HTTP's deliveries/s), pure;
 //! - [`figures`]: the report.
 
+mod aws;
 pub(crate) mod consumers;
 mod figures;
 mod run;
@@ -31,10 +33,26 @@ pub(crate) enum Kind {
     RabbitMq,
     Nats,
     Redis,
+    Sqs,
+    Sns,
+    EventBridge,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Http, Kind::RabbitMq, Kind::Nats, Kind::Redis];
+    const ALL: [Kind; 7] = [
+        Kind::Http,
+        Kind::RabbitMq,
+        Kind::Nats,
+        Kind::Redis,
+        Kind::Sqs,
+        Kind::Sns,
+        Kind::EventBridge,
+    ];
+
+    /// Whether it is an AWS service (against moto, an emulator, here).
+    fn is_aws(self) -> bool {
+        matches!(self, Kind::Sqs | Kind::Sns | Kind::EventBridge)
+    }
 
     fn key(self) -> &'static str {
         match self {
@@ -42,6 +60,9 @@ impl Kind {
             Kind::RabbitMq => "rabbitmq",
             Kind::Nats => "nats",
             Kind::Redis => "redis",
+            Kind::Sqs => "sqs",
+            Kind::Sns => "sns",
+            Kind::EventBridge => "eventbridge",
         }
     }
 
@@ -51,6 +72,9 @@ impl Kind {
             Kind::RabbitMq => "RabbitMQ (publisher confirms)",
             Kind::Nats => "NATS JetStream (PublishAck)",
             Kind::Redis => "Redis Streams (XADD)",
+            Kind::Sqs => "Amazon SQS (SendMessage, moto)",
+            Kind::Sns => "Amazon SNS (Publish, moto)",
+            Kind::EventBridge => "Amazon EventBridge (PutEvents, moto)",
         }
     }
 }

@@ -33,6 +33,9 @@ pub(super) async fn one(
         Kind::RabbitMq => Some(consumers::rabbitmq(timeline.clone(), 0).await?),
         Kind::Nats => Some(consumers::nats(timeline.clone()).await?),
         Kind::Redis => Some(consumers::redis(timeline.clone()).await?),
+        Kind::Sqs | Kind::Sns | Kind::EventBridge => {
+            Some(super::aws::consumer(kind.key(), timeline.clone()).await?)
+        }
     };
     let destination = match &consumer {
         None => json!({ "type": "http", "url": rx.url() }),
