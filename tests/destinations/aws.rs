@@ -7,6 +7,8 @@
 //! their kinds; credentials appear in no answer; bad fields are 422s naming them.
 
 use std::io::BufRead;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -485,5 +487,127 @@ async fn aws_destinations_are_checked_field_by_field() {
     assert_eq!(status, 422, "{problem}");
     assert_eq!(problem["field"], "destination.endpoint_url", "{problem}");
     strict.stop().await;
+    s.stop().await;
+}
+
+/// A service endpoint that answers every call with `status` and `body` (what moto cannot be
+/// made to do: throttle), counting the calls.
+async fn answering(status: u16, body: &'static str) -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                // Read the whole request (headers, then Content-Length bytes) before answering.
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = socket.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/x-amz-json-1.0\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (base, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttling_service_is_a_throttled_attempt_read_like_a_429() {
+    let (base, calls) = answering(
+        400,
+        r#"{"__type":"com.amazonaws.sqs#ThrottlingException","message":"Rate exceeded"}"#,
+    )
+    .await;
+    let s = Sluice::start(test_settings()).await;
+    let (_, token) = s.tenant("acme").await;
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": {
+                "type": "sqs", "region": "us-east-1", "endpoint_url": base,
+                "queue_url": format!("{base}/123456789012/orders"),
+                "credentials": { "access_key_id": "AKIAEXAMPLE", "secret_access_key": "secret" },
+            } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    s.send(&token, "order.created", json!({ "order": 6 })).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], "throttled", "{attempt}");
+    assert!(calls.load(Ordering::SeqCst) >= 1);
+    // The evidence counts it with the 429s, and the delivery waits for a retry.
+    let path = format!("/v1/endpoints/{id}/status");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            s.get(&token, &path).await.1["failures"]["throttled"]
+                .as_u64()
+                .is_some_and(|n| n >= 1)
+        })
+        .await,
+        "{}",
+        s.get(&token, &path).await.1
+    );
+    s.stop().await;
+}
+
+/// An SQS delivery on PostgreSQL, as on the embedded store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sqs_delivery_arrives_once_signed_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let s = Sluice::start(sluice::config::RawSettings {
+        database_url: Some(url),
+        ..test_settings()
+    })
+    .await;
+    let (_, token) = s.tenant("acme").await;
+    let fifo = moto.made("fifo");
+    let (id, secret) = moto
+        .endpoint(&s, &token, "sqs", json!({ "queue_url": fifo }))
+        .await;
+    let message_id = s.send(&token, "order.created", json!({ "order": 7 })).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
+    let got = moto.receive(&fifo);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        got[0]["system"]["MessageDeduplicationId"],
+        message_id.as_str()
+    );
+    verify_attributes(&secret, &got[0]);
     s.stop().await;
 }
