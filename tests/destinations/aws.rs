@@ -423,6 +423,10 @@ async fn aws_destinations_are_checked_field_by_field() {
             json!({ "type": "redis", "url": "redis://127.0.0.1:6379/0", "stream": "s", "region": "us-east-1" }),
             "destination.region",
         ),
+        (
+            json!({ "type": "sqs", "region": "us-east-1", "queue_url": queue }),
+            "destination.credentials",
+        ),
     ];
     for (destination, field) in bad {
         let (status, problem) = s

@@ -327,6 +327,15 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
     }
 }
 
+/// The problem of an AWS destination given without its key (on create, or on a change of type).
+pub(crate) fn aws_key_required() -> Problem {
+    Problem::unprocessable(
+        "destination.credentials",
+        "destination.credentials (access_key_id and secret_access_key) are required for sqs, \
+         sns and eventbridge: every call is signed",
+    )
+}
+
 /// The `url` a type other than AWS's requires.
 fn required_url<'a>(d: &'a DestinationIn, kind: &str) -> Result<&'a str, Problem> {
     d.url.as_deref().ok_or_else(|| {

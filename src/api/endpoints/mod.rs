@@ -213,6 +213,9 @@ pub(crate) async fn create_endpoint(
             "url (an HTTP destination) or destination is required",
         ));
     };
+    if target.destination.is_aws() && target.credentials.as_ref().is_none_or(Option::is_none) {
+        return Err(destination::aws_key_required());
+    }
     check_event_types(&req.event_types)?;
     check_limits(
         state,
@@ -389,6 +392,10 @@ pub(crate) async fn update_endpoint(
         let same_kind = target.destination.kind() == e.destination.kind();
         match target.credentials {
             Some(c) => e.destination_credentials = c,
+            // An AWS destination signs every call: it cannot start without a key.
+            None if !same_kind && target.destination.is_aws() => {
+                return Err(destination::aws_key_required());
+            }
             None if !same_kind => e.destination_credentials = None,
             None => {}
         }
