@@ -56,6 +56,9 @@ def setup(endpoint):
     )["QueueUrl"]
     from_sns = sqs.create_queue(QueueName="from-sns")["QueueUrl"]
     from_events = sqs.create_queue(QueueName="from-events")["QueueUrl"]
+    from_fifo_topic = sqs.create_queue(
+        QueueName="from-sns.fifo", Attributes={"FifoQueue": "true"}
+    )["QueueUrl"]
     arn = lambda url: sqs.get_queue_attributes(
         QueueUrl=url, AttributeNames=["QueueArn"]
     )["Attributes"]["QueueArn"]
@@ -65,6 +68,15 @@ def setup(endpoint):
         TopicArn=topic,
         Protocol="sqs",
         Endpoint=arn(from_sns),
+        Attributes={"RawMessageDelivery": "true"},
+    )
+    fifo_topic = sns.create_topic(
+        Name="orders.fifo", Attributes={"FifoTopic": "true"}
+    )["TopicArn"]
+    sns.subscribe(
+        TopicArn=fifo_topic,
+        Protocol="sqs",
+        Endpoint=arn(from_fifo_topic),
         Attributes={"RawMessageDelivery": "true"},
     )
     events = client("events", endpoint, k, s)
@@ -98,6 +110,8 @@ def setup(endpoint):
                 "from_sns": from_sns,
                 "from_events": from_events,
                 "topic": topic,
+                "fifo_topic": fifo_topic,
+                "from_fifo_topic": from_fifo_topic,
                 "bus": "orders",
             }
         )

@@ -240,6 +240,29 @@ async fn sns_and_eventbridge_deliveries_reach_what_is_subscribed_to_them() {
     assert_eq!(got[0]["attributes"]["webhook-id"], message_id.as_str());
     verify_attributes(&secret, &got[0]);
 
+    // A FIFO topic: the endpoint's group and the message's deduplication id reach the FIFO
+    // queue subscribed to it.
+    let (_, token) = s.tenant("initech").await;
+    let (id, secret) = moto
+        .endpoint(
+            &s,
+            &token,
+            "sns",
+            json!({ "topic_arn": moto.made("fifo_topic") }),
+        )
+        .await;
+    let message_id = s.send(&token, "order.created", json!({ "order": 8 })).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
+    let got = moto.receive(&moto.made("from_fifo_topic"));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["system"]["MessageGroupId"], id.as_str(), "{got:?}");
+    assert_eq!(
+        got[0]["system"]["MessageDeduplicationId"],
+        message_id.as_str()
+    );
+    verify_attributes(&secret, &got[0]);
+
     // EventBridge (another tenant, so the SNS endpoint gets nothing more): DetailType the event
     // type, Detail the payload, Source the endpoint's.
     let (_, token) = s.tenant("globex").await;
