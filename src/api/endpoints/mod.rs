@@ -4,6 +4,7 @@ pub(crate) mod actions;
 pub(crate) mod checks;
 pub(crate) mod destination;
 mod destination_aws;
+mod destination_fields;
 pub(crate) mod jwks;
 pub(crate) mod status;
 pub(crate) mod tls;

@@ -123,7 +123,7 @@ pub(super) async fn publish(
     };
     match answer {
         Ok(accepted) => Ok(accepted),
-        Err(refusal) => refusal.failure(call.name, &response, credentials),
+        Err(refusal) => refusal.into_result(call.name, &response, credentials),
     }
 }
 
@@ -135,8 +135,9 @@ struct Refusal {
 
 impl Refusal {
     /// The attempt's failure, named by the code (or, without one, the HTTP status), with no
-    /// credential in its text.
-    fn failure(
+    /// credential in its text; or, for a 5xx or 429 without a code sluice knows, the response
+    /// itself, read like any receiver's.
+    fn into_result(
         self,
         service: &str,
         response: &Response,
@@ -253,12 +254,29 @@ fn attributes<'a>(target: &'a Target, signed: &'a Signed<'_>) -> Vec<(&'a str, S
         }
         if let Ok(v) = value.to_str()
             && !v.is_empty()
+            && attribute_name(name.as_str())
             && !out.iter().any(|(n, _)| *n == name.as_str())
         {
             out.push((name.as_str(), v.to_owned()));
         }
     }
     out
+}
+
+/// Whether SQS and SNS take `name` as a message attribute's: letters, digits, `_`, `-` and
+/// `.`, at most 256, not starting with AWS's own prefixes. (A header that is not one is left
+/// out rather than have the service refuse every message.)
+fn attribute_name(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    (1..=256).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..")
+        && !lower.starts_with("aws.")
+        && !lower.starts_with("amazon.")
 }
 
 /// The code and message of a JSON-protocol error (`{"__type": "…#Code", "message": …}`).
@@ -332,7 +350,7 @@ mod tests {
         );
         let refusal = json_refusal(&r);
         assert_eq!(refusal.code.as_deref(), Some("QueueDoesNotExist"));
-        let f = refusal.failure("Amazon SQS", &r, None).unwrap_err();
+        let f = refusal.into_result("Amazon SQS", &r, None).unwrap_err();
         assert_eq!(f.kind, ErrorKind::BrokerNotFound);
     }
 
@@ -343,7 +361,7 @@ mod tests {
             code: None,
             message: "busy".into(),
         };
-        assert_eq!(refusal.failure("SNS", &r, None).unwrap().status, 503);
+        assert_eq!(refusal.into_result("SNS", &r, None).unwrap().status, 503);
         let creds = DestinationCredentials {
             access_key_id: Some("AKIDLEAK".into()),
             ..Default::default()
@@ -353,8 +371,18 @@ mod tests {
             code: Some("InvalidParameterValue".into()),
             message: "bad AKIDLEAK".into(),
         };
-        let f = refusal.failure("SNS", &r, Some(&creds)).unwrap_err();
+        let f = refusal.into_result("SNS", &r, Some(&creds)).unwrap_err();
         assert!(!f.message.contains("AKIDLEAK"), "{}", f.message);
+    }
+
+    #[test]
+    fn only_names_sqs_takes_become_attributes() {
+        assert!(attribute_name("x-tenant"));
+        assert!(attribute_name("webhook-id"));
+        assert!(!attribute_name("x!bang"));
+        assert!(!attribute_name("aws.reserved"));
+        assert!(!attribute_name("Amazon.reserved"));
+        assert!(!attribute_name("a..b"));
     }
 
     #[test]
