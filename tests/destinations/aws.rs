@@ -4,7 +4,9 @@
 //! reading it with boto3 verifies it with the reference `standardwebhooks` package; a FIFO
 //! queue gets the endpoint's group and the message's deduplication id, so a resend is not
 //! delivered twice; no such queue, topic or bus and refused credentials are failed attempts of
-//! their kinds; credentials appear in no answer; bad fields are 422s naming them.
+//! their kinds; credentials appear in no answer; bad fields are 422s naming them. A service that
+//! throttles (a stub: moto cannot be made to) is a `throttled` attempt counted with the 429s;
+//! with `--egress-proxy` the call goes through the proxy (tinyproxy) and still verifies.
 
 use std::io::BufRead;
 use std::sync::Arc;
@@ -636,5 +638,49 @@ async fn an_sqs_delivery_arrives_once_signed_on_postgres() {
         message_id.as_str()
     );
     verify_attributes(&secret, &got[0]);
+    s.stop().await;
+}
+
+/// With `--egress-proxy`, an AWS call goes through the proxy like an HTTP delivery (it is one),
+/// and its signature still verifies at the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sqs_call_goes_through_the_egress_proxy() {
+    let Some(proxy) = support::egress_proxy::tinyproxy().await else {
+        return;
+    };
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let mut raw = test_settings();
+    raw.egress.proxy = Some(format!("http://localhost:{}", proxy.port));
+    // `localhost` resolves to ::1 too: with a proxy every address of a name must pass.
+    raw.allow_network.push("::1/128".into());
+    let s = Sluice::start(raw).await;
+    let (_, token) = s.tenant("acme").await;
+    let port = moto.base.rsplit(':').next().unwrap().to_owned();
+    let endpoint_url = format!("http://localhost:{port}");
+    let standard = moto.made("standard");
+    let (status, created) = s
+        .post(
+            &token,
+            "/v1/endpoints",
+            json!({ "destination": {
+                "type": "sqs", "region": "us-east-1", "endpoint_url": endpoint_url,
+                "queue_url": standard, "credentials": moto.credentials(),
+            } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    s.send(&token, "order.created", json!({ "order": 9 })).await;
+    let attempt = first_attempt(&s, &token, &id).await;
+    assert_eq!(attempt["error_kind"], Value::Null, "{attempt}");
+    let got = moto.receive(&standard);
+    assert_eq!(got.len(), 1, "{got:?}");
+    verify_attributes(&secret, &got[0]);
+    let log = proxy.log();
+    let forwarded = format!("POST {endpoint_url}/");
+    assert!(log.contains(&forwarded), "no {forwarded:?} in:\n{log}");
     s.stop().await;
 }
