@@ -4,7 +4,8 @@
 //! no answer, and the API names every bad field. Over TLS, against a `nats-server` and a
 //! `redis-server` started with TLS and RabbitMQ behind a TLS terminator. No broker is mocked.
 //! The AWS destinations (SQS, SNS, EventBridge) against moto, a server of the AWS wire
-//! protocols with signature checking, one per test.
+//! protocols with signature checking, one per test; Google Cloud Pub/Sub against Google's
+//! emulator.
 
 use sluice_testkit as support;
 
@@ -18,6 +19,8 @@ mod blocked;
 mod fleet;
 #[path = "destinations/nats.rs"]
 mod nats;
+#[path = "destinations/pubsub.rs"]
+mod pubsub;
 #[path = "destinations/rabbitmq.rs"]
 mod rabbitmq;
 #[path = "destinations/receive.rs"]

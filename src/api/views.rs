@@ -229,8 +229,14 @@ pub struct DestinationOut {
     /// `sqs`, `sns`, `eventbridge`: the region signed for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-    /// `sqs`, `sns`, `eventbridge`: the service endpoint connected to (the one given, or the
-    /// region's); the same as `url`.
+    /// `pubsub`: the project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// `pubsub`: the topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// `sqs`, `sns`, `eventbridge`, `pubsub`: the service endpoint connected to (the one given,
+    /// or the region's, or Google's); the same as `url`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint_url: Option<String>,
     /// Whether credentials are stored (they are never shown).
@@ -260,6 +266,12 @@ impl DestinationOut {
         };
         let (mut queue_url, mut topic_arn, mut event_bus_name, mut source) =
             (None, None, None, None);
+        let (project_id, topic) = match d {
+            Destination::Pubsub {
+                project_id, topic, ..
+            } => (Some(project_id.clone()), Some(topic.clone())),
+            _ => (None, None),
+        };
         let region = match d {
             Destination::Sqs {
                 queue_url: q,
@@ -301,7 +313,9 @@ impl DestinationOut {
             topic_arn,
             event_bus_name,
             source,
-            endpoint_url: d.is_aws().then(|| d.url().to_owned()),
+            endpoint_url: d.is_cloud().then(|| d.url().to_owned()),
+            project_id,
+            topic,
             region,
             has_credentials: credentials.is_some(),
         }

@@ -62,6 +62,9 @@ pub struct Target {
     pub destination_credentials: Option<DestinationCredentials>,
     /// The endpoint asked for W3C trace context on its attempts.
     pub trace_context: bool,
+    /// The endpoint is FIFO (one at a time, in acceptance order): a Pub/Sub message carries
+    /// its ordering key.
+    pub fifo: bool,
 }
 
 /// The W3C trace context headers of one attempt (for an endpoint that asked for them): the

@@ -20,9 +20,12 @@ mod addresses;
 mod aws;
 mod nats;
 mod pool;
+mod pubsub;
 mod rabbitmq;
 mod redis;
 mod tls;
+
+pub use pubsub::ServiceAccountKey;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -90,6 +93,7 @@ pub struct Brokers {
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
     redis: redis::Publisher,
+    pubsub: pubsub::Publisher,
 }
 
 impl Brokers {
@@ -108,6 +112,7 @@ impl Brokers {
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
             redis: redis::Publisher::new(settings.max_connections),
+            pubsub: pubsub::Publisher::default(),
         }
     }
 
@@ -176,6 +181,16 @@ impl Brokers {
         if target.destination.is_aws() {
             return aws::publish(clients, target, signed, deadline, phases).await;
         }
+        if let Destination::Pubsub {
+            project_id, topic, ..
+        } = &target.destination
+        {
+            let to = pubsub::Topic { project_id, topic };
+            return self
+                .pubsub
+                .publish(clients, target, &to, signed, deadline, phases)
+                .await;
+        }
         let address = self.checked_address(&target.url).await?;
         let trust = tls::Trust::of(&target.url, &self.roots, target.tls.as_ref());
         match &target.destination {
@@ -226,7 +241,8 @@ impl Brokers {
             Destination::Http { .. }
             | Destination::Sqs { .. }
             | Destination::Sns { .. }
-            | Destination::Eventbridge { .. } => Err(Failure {
+            | Destination::Eventbridge { .. }
+            | Destination::Pubsub { .. } => Err(Failure {
                 kind: ErrorKind::Other,
                 message: format!(
                     "a {} destination is not a broker's",

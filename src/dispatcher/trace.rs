@@ -236,6 +236,7 @@ fn messaging(d: &Destination) -> (&'static str, String) {
         Destination::Eventbridge { event_bus_name, .. } => {
             ("aws.eventbridge", event_bus_name.clone())
         }
+        Destination::Pubsub { topic, .. } => ("gcp_pubsub", topic.clone()),
         Destination::Http { .. } => ("http", String::new()),
     }
 }

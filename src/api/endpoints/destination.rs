@@ -33,13 +33,15 @@ pub enum DestinationType {
     Sns,
     /// Amazon EventBridge: a `PutEvents` of one entry, accepted with `FailedEntryCount` 0.
     Eventbridge,
+    /// Google Cloud Pub/Sub: a `publish`, accepted by its message id.
+    Pubsub,
 }
 
 /// What an endpoint delivers to.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DestinationIn {
-    /// `http`, `rabbitmq`, `nats`, `redis`, `sqs`, `sns` or `eventbridge`.
+    /// `http`, `rabbitmq`, `nats`, `redis`, `sqs`, `sns`, `eventbridge` or `pubsub`.
     #[serde(rename = "type")]
     pub kind: DestinationType,
     /// `http`: the receiver's URL (http or https). `rabbitmq`: `amqp://host:port/vhost`, or
@@ -90,11 +92,18 @@ pub struct DestinationIn {
     /// for.
     #[serde(default)]
     pub region: Option<String>,
-    /// `sqs`, `sns`, `eventbridge`: the service endpoint (http or https: a VPC endpoint, an
-    /// emulator), judged by the egress guard like a receiver's URL; omitted: the region's
-    /// (`https://sqs.REGION.amazonaws.com`, `sns.…`, `events.…`).
+    /// `sqs`, `sns`, `eventbridge`, `pubsub`: the service endpoint (http or https: a VPC
+    /// endpoint, an emulator), judged by the egress guard like a receiver's URL; omitted: the
+    /// region's (`https://sqs.REGION.amazonaws.com`, `sns.…`, `events.…`), or
+    /// `https://pubsub.googleapis.com`.
     #[serde(default)]
     pub endpoint_url: Option<String>,
+    /// `pubsub`: the Google Cloud project's id.
+    #[serde(default)]
+    pub project_id: Option<String>,
+    /// `pubsub`: the topic's id in the project (sluice creates none).
+    #[serde(default)]
+    pub topic: Option<String>,
     /// The broker's or service's credentials: write-only, never shown. On a PATCH, left out
     /// keeps the stored ones when the type is unchanged.
     #[serde(default)]
@@ -124,6 +133,10 @@ pub struct CredentialsIn {
     /// AWS: the session token of temporary credentials.
     #[serde(default)]
     pub session_token: Option<String>,
+    /// `pubsub`: a service account's JSON key, as Google gives it (its `token_uri`, where
+    /// sluice gets tokens, is judged by the egress guard); omitted: no token (an emulator).
+    #[serde(default)]
+    pub service_account_key: Option<String>,
 }
 
 impl std::fmt::Debug for CredentialsIn {
@@ -288,6 +301,22 @@ async fn check_destination(state: &AppState, d: DestinationIn) -> Result<Checked
                 credentials: credentials.map(Some),
             })
         }
+        DestinationType::Pubsub => {
+            only_for(&d, "pubsub")?;
+            let credentials = d.credentials.map(credentials_of).transpose()?;
+            let destination =
+                super::destination_gcp::check(state, d.endpoint_url, d.project_id, d.topic).await?;
+            if let Some(key) = credentials
+                .as_ref()
+                .and_then(|c| c.service_account_key.as_deref())
+            {
+                super::destination_gcp::check_key(state, key).await?;
+            }
+            Ok(Checked {
+                destination,
+                credentials: credentials.map(Some),
+            })
+        }
         DestinationType::Sqs | DestinationType::Sns | DestinationType::Eventbridge => {
             let kind = match d.kind {
                 DestinationType::Sqs => "sqs",
@@ -348,72 +377,73 @@ fn required_url<'a>(d: &'a DestinationIn, kind: &str) -> Result<&'a str, Problem
 
 /// Refuse the fields of other kinds than `kind`.
 fn only_for(d: &DestinationIn, kind: &str) -> Result<(), Problem> {
-    let aws = matches!(kind, "sqs" | "sns" | "eventbridge");
+    const BROKERS: &[&str] = &["rabbitmq", "nats", "redis"];
+    const ADDRESSED: &[&str] = &["http", "rabbitmq", "nats", "redis"];
+    const AWS: &[&str] = &["sqs", "sns", "eventbridge"];
+    const CLOUD: &[&str] = &["sqs", "sns", "eventbridge", "pubsub"];
     let c = d.credentials.as_ref();
-    let aws_only = [
-        ("region", d.region.is_some()),
-        ("endpoint_url", d.endpoint_url.is_some()),
+    let given: [(&str, bool, &[&str]); 21] = [
+        ("url", d.url.is_some(), ADDRESSED),
+        ("exchange", d.exchange.is_some(), &["rabbitmq"]),
+        ("routing_key", d.routing_key.is_some(), &["rabbitmq"]),
+        ("subject", d.subject.is_some(), &["nats"]),
+        ("stream", d.stream.is_some(), &["redis"]),
+        ("max_len", d.max_len.is_some(), &["redis"]),
+        ("queue_url", d.queue_url.is_some(), &["sqs"]),
+        ("topic_arn", d.topic_arn.is_some(), &["sns"]),
         (
-            "credentials.access_key_id",
-            c.is_some_and(|c| c.access_key_id.is_some()),
+            "event_bus_name",
+            d.event_bus_name.is_some(),
+            &["eventbridge"],
         ),
-        (
-            "credentials.secret_access_key",
-            c.is_some_and(|c| c.secret_access_key.is_some()),
-        ),
-        (
-            "credentials.session_token",
-            c.is_some_and(|c| c.session_token.is_some()),
-        ),
-    ];
-    let not_aws = [
-        ("url", d.url.is_some()),
+        ("source", d.source.is_some(), &["eventbridge"]),
+        ("region", d.region.is_some(), AWS),
+        ("endpoint_url", d.endpoint_url.is_some(), CLOUD),
+        ("project_id", d.project_id.is_some(), &["pubsub"]),
+        ("topic", d.topic.is_some(), &["pubsub"]),
         (
             "credentials.username",
             c.is_some_and(|c| c.username.is_some()),
+            BROKERS,
         ),
         (
             "credentials.password",
             c.is_some_and(|c| c.password.is_some()),
+            BROKERS,
         ),
-    ];
-    let wrong = if aws {
-        not_aws
-            .iter()
-            .find(|(_, set)| *set)
-            .map(|(f, _)| (*f, "does not apply to sqs, sns or eventbridge (AWS takes endpoint_url and credentials.access_key_id and secret_access_key)"))
-    } else {
-        aws_only
-            .iter()
-            .find(|(_, set)| *set)
-            .map(|(f, _)| (*f, "applies only to sqs, sns and eventbridge"))
-    };
-    if let Some((field, why)) = wrong {
-        return Err(Problem::unprocessable(
-            &format!("destination.{field}"),
-            format!("destination.{field} {why}"),
-        ));
-    }
-    let given = [
-        ("queue_url", d.queue_url.is_some(), "sqs"),
-        ("topic_arn", d.topic_arn.is_some(), "sns"),
-        ("event_bus_name", d.event_bus_name.is_some(), "eventbridge"),
-        ("source", d.source.is_some(), "eventbridge"),
-        ("exchange", d.exchange.is_some(), "rabbitmq"),
-        ("routing_key", d.routing_key.is_some(), "rabbitmq"),
-        ("subject", d.subject.is_some(), "nats"),
-        ("stream", d.stream.is_some(), "redis"),
-        ("max_len", d.max_len.is_some(), "redis"),
         (
             "credentials.token",
-            d.credentials.as_ref().is_some_and(|c| c.token.is_some()),
-            "nats",
+            c.is_some_and(|c| c.token.is_some()),
+            &["nats"],
+        ),
+        (
+            "credentials.access_key_id",
+            c.is_some_and(|c| c.access_key_id.is_some()),
+            AWS,
+        ),
+        (
+            "credentials.secret_access_key",
+            c.is_some_and(|c| c.secret_access_key.is_some()),
+            AWS,
+        ),
+        (
+            "credentials.session_token",
+            c.is_some_and(|c| c.session_token.is_some()),
+            AWS,
+        ),
+        (
+            "credentials.service_account_key",
+            c.is_some_and(|c| c.service_account_key.is_some()),
+            &["pubsub"],
         ),
     ];
-    match given.iter().find(|(_, set, of)| *set && *of != kind) {
+    match given
+        .iter()
+        .find(|(_, set, of)| *set && !of.contains(&kind))
+    {
         Some((field, _, of)) => Err(Problem::unprocessable(
             &format!("destination.{field}"),
-            format!("destination.{field} applies only to {of}"),
+            format!("destination.{field} applies only to {}", of.join(", ")),
         )),
         None => Ok(()),
     }
@@ -443,5 +473,6 @@ fn credentials_of(c: CredentialsIn) -> Result<DestinationCredentials, Problem> {
         access_key_id: c.access_key_id,
         secret_access_key: c.secret_access_key,
         session_token: c.session_token,
+        service_account_key: c.service_account_key,
     })
 }

@@ -5,6 +5,7 @@ pub(crate) mod checks;
 pub(crate) mod destination;
 mod destination_aws;
 mod destination_fields;
+mod destination_gcp;
 pub(crate) mod jwks;
 pub(crate) mod status;
 pub(crate) mod tls;

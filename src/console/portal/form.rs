@@ -66,7 +66,7 @@ pub struct EndpointForm {
     pub oauth2_audience: String,
     /// How sluice authenticates to the token endpoint: `basic` (or blank) or `post`.
     pub oauth2_client_auth: String,
-    /// `http` (or blank), `rabbitmq`, `nats`, `redis`, `sqs`, `sns` or `eventbridge`.
+    /// `http` (or blank), `rabbitmq`, `nats`, `redis`, `sqs`, `sns`, `eventbridge` or `pubsub`.
     #[serde(rename = "destination.type")]
     pub destination_type: String,
     /// RabbitMQ exchange.
@@ -117,6 +117,15 @@ pub struct EndpointForm {
     /// AWS session token (write-only).
     #[serde(rename = "destination.credentials.session_token")]
     pub destination_session_token: String,
+    /// Pub/Sub project.
+    #[serde(rename = "destination.project_id")]
+    pub destination_project_id: String,
+    /// Pub/Sub topic.
+    #[serde(rename = "destination.topic")]
+    pub destination_topic: String,
+    /// Google service account key (write-only: blank keeps the stored one).
+    #[serde(rename = "destination.credentials.service_account_key")]
+    pub destination_service_account_key: String,
 }
 
 /// A field and what is wrong with it.

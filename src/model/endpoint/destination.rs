@@ -73,6 +73,16 @@ pub enum Destination {
         /// The entry's `Source`.
         source: String,
     },
+    /// A Google Cloud Pub/Sub `publish` (REST), with a service account's token or none (an
+    /// emulator).
+    Pubsub {
+        /// The service endpoint connected to: the `endpoint_url` given, or Google's.
+        url: String,
+        /// The project.
+        project_id: String,
+        /// The topic's id in the project.
+        topic: String,
+    },
 }
 
 impl Destination {
@@ -85,11 +95,13 @@ impl Destination {
             | Self::Redis { url, .. }
             | Self::Sqs { url, .. }
             | Self::Sns { url, .. }
-            | Self::Eventbridge { url, .. } => url,
+            | Self::Eventbridge { url, .. }
+            | Self::Pubsub { url, .. } => url,
         }
     }
 
-    /// `http`, `rabbitmq`, `nats`, `redis`, `sqs`, `sns` or `eventbridge`: the API's `type`.
+    /// `http`, `rabbitmq`, `nats`, `redis`, `sqs`, `sns`, `eventbridge` or `pubsub`: the API's
+    /// `type`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Http { .. } => "http",
@@ -99,12 +111,19 @@ impl Destination {
             Self::Sqs { .. } => "sqs",
             Self::Sns { .. } => "sns",
             Self::Eventbridge { .. } => "eventbridge",
+            Self::Pubsub { .. } => "pubsub",
         }
     }
 
     /// Whether it is a broker (anything but HTTP, the AWS services included).
     pub fn is_broker(&self) -> bool {
         !matches!(self, Self::Http { .. })
+    }
+
+    /// Whether it is a cloud service's API (SQS, SNS, EventBridge, Pub/Sub): one HTTP call per
+    /// attempt through the HTTP clients.
+    pub fn is_cloud(&self) -> bool {
+        self.is_aws() || matches!(self, Self::Pubsub { .. })
     }
 
     /// Whether it is an AWS service (SQS, SNS, EventBridge): reached over HTTPS with SigV4.
@@ -149,6 +168,9 @@ pub fn broker_scheme_is_tls(scheme: &str) -> bool {
     matches!(scheme, "amqps" | "tls" | "rediss")
 }
 
+/// Google Cloud Pub/Sub's endpoint.
+pub const PUBSUB_ENDPOINT: &str = "https://pubsub.googleapis.com";
+
 /// The regional endpoint of AWS `service` (`sqs`, `sns`, `events`) in `region`.
 pub fn aws_endpoint(service: &str, region: &str) -> String {
     format!("https://{service}.{region}.amazonaws.com")
@@ -175,6 +197,10 @@ pub struct DestinationCredentials {
     /// AWS: a session token, with temporary credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_token: Option<String>,
+    /// Google: a service account's JSON key (its `private_key` signs token requests to its
+    /// `token_uri`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_key: Option<String>,
 }
 
 impl DestinationCredentials {
@@ -199,6 +225,7 @@ impl std::fmt::Debug for DestinationCredentials {
             .field("access_key_id", &hidden(&self.access_key_id))
             .field("secret_access_key", &hidden(&self.secret_access_key))
             .field("session_token", &hidden(&self.session_token))
+            .field("service_account_key", &hidden(&self.service_account_key))
             .finish()
     }
 }

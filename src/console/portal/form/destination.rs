@@ -10,7 +10,7 @@ use crate::api::endpoints::destination::{CredentialsIn, DestinationIn, Destinati
 use crate::model::{Destination, Endpoint};
 
 /// The section's fields (the API's names, so its problems land next to them).
-pub const FIELDS: [&str; 18] = [
+pub const FIELDS: [&str; 21] = [
     "destination",
     "destination.type",
     "destination.exchange",
@@ -29,6 +29,9 @@ pub const FIELDS: [&str; 18] = [
     "destination.credentials.access_key_id",
     "destination.credentials.secret_access_key",
     "destination.credentials.session_token",
+    "destination.project_id",
+    "destination.topic",
+    "destination.credentials.service_account_key",
 ];
 
 fn blank(text: &str) -> Option<String> {
@@ -78,6 +81,12 @@ pub fn fill(form: &mut EndpointForm, e: &Endpoint) {
             form.destination_source = source.clone();
             form.destination_region = region.clone();
         }
+        Destination::Pubsub {
+            project_id, topic, ..
+        } => {
+            form.destination_project_id = project_id.clone();
+            form.destination_topic = topic.clone();
+        }
     }
 }
 
@@ -91,6 +100,7 @@ pub fn destination(form: &EndpointForm) -> Result<Option<DestinationIn>, FieldEr
         "sqs" => DestinationType::Sqs,
         "sns" => DestinationType::Sns,
         "eventbridge" => DestinationType::Eventbridge,
+        "pubsub" => DestinationType::Pubsub,
         other => {
             return Err(FieldError {
                 field: "destination.type".into(),
@@ -115,6 +125,7 @@ pub fn destination(form: &EndpointForm) -> Result<Option<DestinationIn>, FieldEr
         blank(&form.destination_secret_access_key),
         blank(&form.destination_session_token),
     );
+    let service_account_key = blank(&form.destination_service_account_key);
     let credentials = [
         &username,
         &password,
@@ -122,6 +133,7 @@ pub fn destination(form: &EndpointForm) -> Result<Option<DestinationIn>, FieldEr
         &access_key_id,
         &secret_access_key,
         &session_token,
+        &service_account_key,
     ]
     .iter()
     .any(|c| c.is_some())
@@ -132,15 +144,17 @@ pub fn destination(form: &EndpointForm) -> Result<Option<DestinationIn>, FieldEr
         access_key_id,
         secret_access_key,
         session_token,
+        service_account_key,
     });
     let of = |k: DestinationType, v: &str| (kind == k).then(|| v.trim().to_owned());
     let aws = matches!(
         kind,
         DestinationType::Sqs | DestinationType::Sns | DestinationType::Eventbridge
     );
+    let cloud = aws || kind == DestinationType::Pubsub;
     Ok(Some(DestinationIn {
         kind,
-        url: (!aws).then(|| form.url.trim().to_owned()),
+        url: (!cloud).then(|| form.url.trim().to_owned()),
         queue_url: of(DestinationType::Sqs, &form.destination_queue_url),
         topic_arn: of(DestinationType::Sns, &form.destination_topic_arn),
         event_bus_name: of(
@@ -149,7 +163,9 @@ pub fn destination(form: &EndpointForm) -> Result<Option<DestinationIn>, FieldEr
         ),
         source: blank(&form.destination_source).filter(|_| kind == DestinationType::Eventbridge),
         region: aws.then(|| form.destination_region.trim().to_owned()),
-        endpoint_url: blank(&form.url).filter(|_| aws),
+        endpoint_url: blank(&form.url).filter(|_| cloud),
+        project_id: of(DestinationType::Pubsub, &form.destination_project_id),
+        topic: of(DestinationType::Pubsub, &form.destination_topic),
         exchange: of(DestinationType::Rabbitmq, &form.destination_exchange),
         routing_key: of(DestinationType::Rabbitmq, &form.destination_routing_key),
         subject: of(DestinationType::Nats, &form.destination_subject),
@@ -175,7 +191,7 @@ pub fn section(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
     let wrong_type = error.filter(|e| e.field == "destination.type" || e.field == "destination");
     html! {
         details open[open] {
-            summary { "Destination: HTTP, a message broker or an AWS service" }
+            summary { "Destination: HTTP, a message broker or a cloud service" }
             label for="f-destination-type" {
                 "Type " span.hint { "HTTP POSTs to the URL; a broker type publishes to the broker at the URL (amqp://host:port/vhost, nats://host:port, redis://host:port/db; over TLS amqps://, tls://, rediss://, trusting the CA certificates under HTTPS and authentication); an AWS type calls the service endpoint at the URL, or the region's when it is blank" }
             }
@@ -187,6 +203,7 @@ pub fn section(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
                 option value="sqs" selected[kind == "sqs"] { "Amazon SQS" }
                 option value="sns" selected[kind == "sns"] { "Amazon SNS" }
                 option value="eventbridge" selected[kind == "eventbridge"] { "Amazon EventBridge" }
+                option value="pubsub" selected[kind == "pubsub"] { "Google Cloud Pub/Sub" }
             }
             @if let Some(e) = wrong_type { p.field-error role="alert" { (e.detail) } }
             (field("destination.exchange", "f-destination-exchange", "Exchange (RabbitMQ)", "blank for the default exchange, which routes to the queue named by the routing key", &form.destination_exchange, "text"))
@@ -205,6 +222,11 @@ pub fn section(form: &EndpointForm, error: Option<&FieldError>) -> Markup {
             (field("destination.credentials.access_key_id", "f-destination-access-key-id", "Access key id (AWS)", "write-only: blank keeps the stored credentials", "", "password"))
             (field("destination.credentials.secret_access_key", "f-destination-secret-access-key", "Secret access key (AWS)", "write-only, never shown", "", "password"))
             (field("destination.credentials.session_token", "f-destination-session-token", "Session token (AWS)", "write-only, never shown; only for temporary credentials", "", "password"))
+            (field("destination.project_id", "f-destination-project-id", "Project (Pub/Sub)", "the Google Cloud project's id; the URL above is the endpoint, blank for Google's", &form.destination_project_id, "text"))
+            (field("destination.topic", "f-destination-topic", "Topic (Pub/Sub)", "its id in the project", &form.destination_topic, "text"))
+            label for="f-destination-service-account-key" { "Service account key (Pub/Sub) " span.hint { "the JSON key; write-only: blank keeps the stored one, none for an emulator" } }
+            textarea id="f-destination-service-account-key" name="destination.credentials.service_account_key" rows="3" autocomplete="off" {}
+            @if let Some(e) = error.filter(|e| e.field == "destination.credentials.service_account_key") { p.field-error role="alert" { (e.detail) } }
         }
     }
 }
