@@ -19,8 +19,9 @@
 //!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519).
 //! - [`destinations`]: the broker attempt (RabbitMQ with publisher confirms, NATS
 //!   JetStream, Redis Streams), signed like the HTTP one and judged by the same egress guard, over a bounded
-//!   cache of broker connections; and the AWS one (SQS, SNS, EventBridge), a SigV4-signed API
-//!   call over delivery's HTTP clients.
+//!   cache of broker connections; and the cloud ones (SQS, SNS, EventBridge signed with SigV4;
+//!   Google Cloud Pub/Sub with a service account's token), an API call over delivery's HTTP
+//!   clients.
 //! - [`fairness`]: fair shares across tenants (start-time fair queuing over tenants with due
 //!   work, weights and ceilings), applied by every claim.
 //! - [`retry`]: the backoff schedule, Retry-After, shed delays.

@@ -133,7 +133,7 @@ pub enum ErrorKind {
     BrokerBlocked,
     /// A broker refused the message as too large.
     TooLarge,
-    /// A cloud service (SQS, SNS, EventBridge) throttled the request: read like a 429.
+    /// A cloud service (SQS, SNS, EventBridge, Pub/Sub) throttled the request: read like a 429.
     Throttled,
     /// The service refused the message itself as invalid (a parameter it rejects, an
     /// EventBridge payload that is not a JSON object): no retry would change it, so it is dead

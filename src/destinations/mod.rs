@@ -1,5 +1,5 @@
-//! Broker destinations (RabbitMQ, NATS JetStream, Redis Streams) and the AWS services (SQS,
-//! SNS, EventBridge, [`aws`]): one signed publish per attempt, delivered only when the broker
+//! Broker destinations (RabbitMQ, NATS JetStream, Redis Streams) and the cloud services (SQS,
+//! SNS, EventBridge, [`aws`]; Google Cloud Pub/Sub, [`pubsub`]): one signed publish per attempt, delivered only when the broker
 //! or service itself acknowledges it, under the same deadline, lane and settle path as an HTTP
 //! attempt.
 //!
@@ -117,7 +117,7 @@ impl Brokers {
     }
 
     /// Publish `payload` as message `message_id` to `target`'s broker, all of it (the egress
-    /// check, the connection, the publish and its acknowledgement) by `deadline`. An AWS
+    /// check, the connection, the publish and its acknowledgement) by `deadline`. A cloud
     /// destination's API call goes through `clients`, HTTP delivery's own.
     // What one attempt publishes and how long it may take, each its own plain argument.
     #[allow(clippy::too_many_arguments)]

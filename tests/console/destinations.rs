@@ -104,7 +104,12 @@ async fn an_aws_destination_is_chosen_in_the_portal_and_its_key_never_shown() {
     let (_, token) = s.tenant("acme").await;
     let c = portal_client(&s, &token).await;
     let form = c.get("/console/portal/endpoints/new").await;
-    for kind in ["Amazon SQS", "Amazon SNS", "Amazon EventBridge"] {
+    for kind in [
+        "Amazon SQS",
+        "Amazon SNS",
+        "Amazon EventBridge",
+        "Google Cloud Pub/Sub",
+    ] {
         assert!(form.body.contains(kind), "{kind}: {}", form.body);
     }
     let queue = "http://127.0.0.1:4566/123456789012/orders.fifo";

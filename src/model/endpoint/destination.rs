@@ -281,10 +281,11 @@ mod tests {
             access_key_id: Some("AKIDSHOWN".into()),
             secret_access_key: Some("aws-secret".into()),
             session_token: Some("aws-session".into()),
+            service_account_key: Some("-----BEGIN PRIVATE KEY-----".into()),
         };
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter2") && !shown.contains("tok\""));
-        for hidden in ["AKIDSHOWN", "aws-secret", "aws-session"] {
+        for hidden in ["AKIDSHOWN", "aws-secret", "aws-session", "PRIVATE KEY"] {
             assert!(!shown.contains(hidden), "{shown}");
         }
     }
