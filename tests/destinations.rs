@@ -13,6 +13,8 @@ use sluice_testkit as support;
 mod api;
 #[path = "destinations/aws.rs"]
 mod aws;
+#[path = "destinations/aws_edges.rs"]
+mod aws_edges;
 #[path = "destinations/blocked.rs"]
 mod blocked;
 #[path = "destinations/fleet.rs"]
