@@ -68,7 +68,7 @@ impl Consumer {
                 .map(drop)
                 .map_err(anyhow::Error::from),
             Made::Processes(children) => {
-                super::aws::stop(children);
+                super::cloud::stop(children);
                 Ok(())
             }
             Made::Key(mut conn, key) => redis::cmd("DEL")

@@ -43,7 +43,7 @@ pub(super) fn report(args: &BenchArgs, messages: u64, producers: usize, rows: &[
         if kind == Kind::Http {
             continue;
         }
-        let least = if kind.is_aws() {
+        let least = if kind.is_cloud() {
             LEAST_SHARE_OF_HTTP_AWS
         } else {
             LEAST_SHARE_OF_HTTP
@@ -70,8 +70,8 @@ pub(super) fn report(args: &BenchArgs, messages: u64, producers: usize, rows: &[
     report.note(
         "producers, the HTTP receiver, the broker consumers and sluice share this process; the \
          brokers run beside it on the same cores: a broker's figures include its own CPU; the \
-         AWS kinds run against moto, an emulator slower than the services, so theirs are moto's \
-         ceiling as much as sluice's",
+         cloud kinds run against emulators (moto, Google's Pub/Sub emulator), slower than the \
+         services, so theirs are the emulators' ceilings as much as sluice's",
     );
     report
 }
