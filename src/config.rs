@@ -443,7 +443,8 @@ crate::setting::raw_settings! {
         pub tenant_max_share: Option<f64>,
         /// Most broker connections of each kind (RabbitMQ, NATS, Redis) a dispatcher holds
         /// open at once, shared by the endpoints of one broker address and credentials; the
-        /// least recently used is closed to make room, 1–10000 [default: 64]
+        /// least recently used is closed to make room (the cloud destinations, HTTPS calls, use
+        /// the HTTP clients instead), 1–10000 [default: 64]
         #[arg(long, env = "SLUICE_BROKER_MAX_CONNECTIONS")]
         #[serde(alias = "broker_max_connections")]
         pub broker_max_connections: Option<u32>,

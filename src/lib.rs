@@ -19,7 +19,9 @@
 //!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519).
 //! - [`destinations`]: the broker attempt (RabbitMQ with publisher confirms, NATS
 //!   JetStream, Redis Streams), signed like the HTTP one and judged by the same egress guard, over a bounded
-//!   cache of broker connections.
+//!   cache of broker connections; and the cloud ones (SQS, SNS, EventBridge signed with SigV4;
+//!   Google Cloud Pub/Sub with a service account's token), an API call over delivery's HTTP
+//!   clients.
 //! - [`fairness`]: fair shares across tenants (start-time fair queuing over tenants with due
 //!   work, weights and ceilings), applied by every claim.
 //! - [`retry`]: the backoff schedule, Retry-After, shed delays.
@@ -80,7 +82,7 @@
 //! 4. [`store`]: only [`model`], [`clock`], [`ids`] and [`fairness`] (its claim applies the fair
 //!    shares). It never reaches up for a type: the nouns it keeps are the model's.
 //! 5. The mechanisms: [`egress`], [`admission`], [`delivery`] (over admission and egress),
-//!    [`destinations`] (over delivery's attempt report), [`metrics`] (over delivery) and
+//!    [`destinations`] (over delivery's attempt report and clients), [`metrics`] (over delivery) and
 //!    [`traces`] (over the nouns and [`setting`]), then
 //!    [`listener`] and [`demo_receiver`]. None of them imports the
 //!    store: what they need of a row comes as a noun.

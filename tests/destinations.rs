@@ -3,17 +3,26 @@
 //! package, a broker's refusals are failed attempts named by their kind, credentials appear in
 //! no answer, and the API names every bad field. Over TLS, against a `nats-server` and a
 //! `redis-server` started with TLS and RabbitMQ behind a TLS terminator. No broker is mocked.
+//! The AWS destinations (SQS, SNS, EventBridge) against moto, a server of the AWS wire
+//! protocols with signature checking, one per test; Google Cloud Pub/Sub against Google's
+//! emulator.
 
 use sluice_testkit as support;
 
 #[path = "destinations/api.rs"]
 mod api;
+#[path = "destinations/aws.rs"]
+mod aws;
+#[path = "destinations/aws_edges.rs"]
+mod aws_edges;
 #[path = "destinations/blocked.rs"]
 mod blocked;
 #[path = "destinations/fleet.rs"]
 mod fleet;
 #[path = "destinations/nats.rs"]
 mod nats;
+#[path = "destinations/pubsub.rs"]
+mod pubsub;
 #[path = "destinations/rabbitmq.rs"]
 mod rabbitmq;
 #[path = "destinations/receive.rs"]

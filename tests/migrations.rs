@@ -107,7 +107,7 @@ async fn check_upgraded(store: SharedStore) {
     e.destination_credentials = Some(sluice::model::DestinationCredentials {
         username: Some("u".into()),
         password: Some("p".into()),
-        token: None,
+        ..Default::default()
     });
     store.update_endpoint(&e).await.unwrap();
     let read = store.endpoint(Some("ten_v1"), "ep_paid").await.unwrap();

@@ -116,7 +116,7 @@ fn hostile_text() -> impl Strategy<Value = String> {
     prop::collection::vec(prop_oneof![Just('\0'), any::<char>()], 0..80).prop_map(String::from_iter)
 }
 
-const KINDS: [ErrorKind; 21] = ErrorKind::ALL;
+const KINDS: [ErrorKind; ErrorKind::ALL.len()] = ErrorKind::ALL;
 
 fn results() -> impl Strategy<Value = Result<Response, Failure>> {
     prop_oneof![
@@ -174,7 +174,8 @@ fn any_response_settles_and_reads_back(rt: &tokio::runtime::Runtime, store: Shar
                 Ok(r) => ((!r.body.is_empty()).then(|| storable(&r.body, CAP)), None),
                 Err(f) => {
                     let text = storable(f.message.as_bytes(), MAX_ERROR_BYTES);
-                    let reason = (f.kind == ErrorKind::Refused).then(|| text.clone());
+                    let reason = matches!(f.kind, ErrorKind::Refused | ErrorKind::Invalid)
+                        .then(|| text.clone());
                     (Some(text), reason)
                 }
             };

@@ -159,6 +159,11 @@ fn body_rules(limits: &Limits) -> Vec<(&'static str, &'static str, Value)> {
             "max_len",
             json!({ "minimum": 1, "maximum": super::endpoints::destination::MAX_LEN_MOST }),
         ),
+        (
+            "DestinationIn",
+            "region",
+            json!({ "pattern": "^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$" }),
+        ),
         ("OperationalWebhook", "url", url),
         ("OperationalWebhook", "description", description),
         (

@@ -214,6 +214,31 @@ pub struct DestinationOut {
     /// `redis`: the approximate length the stream is trimmed to (null: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_len: Option<u64>,
+    /// `sqs`: the queue's URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_url: Option<String>,
+    /// `sns`: the topic's ARN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic_arn: Option<String>,
+    /// `eventbridge`: the event bus.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_bus_name: Option<String>,
+    /// `eventbridge`: each entry's `Source`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// `sqs`, `sns`, `eventbridge`: the region signed for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// `pubsub`: the project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// `pubsub`: the topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// `sqs`, `sns`, `eventbridge`, `pubsub`: the service endpoint connected to (the one given,
+    /// or the region's, or Google's); the same as `url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
     /// Whether credentials are stored (they are never shown).
     pub has_credentials: bool,
 }
@@ -239,6 +264,43 @@ impl DestinationOut {
             } => (Some(stream.clone()), *max_len),
             _ => (None, None),
         };
+        let (mut queue_url, mut topic_arn, mut event_bus_name, mut source) =
+            (None, None, None, None);
+        let (project_id, topic) = match d {
+            Destination::Pubsub {
+                project_id, topic, ..
+            } => (Some(project_id.clone()), Some(topic.clone())),
+            _ => (None, None),
+        };
+        let region = match d {
+            Destination::Sqs {
+                queue_url: q,
+                region,
+                ..
+            } => {
+                queue_url = Some(q.clone());
+                Some(region.clone())
+            }
+            Destination::Sns {
+                topic_arn: t,
+                region,
+                ..
+            } => {
+                topic_arn = Some(t.clone());
+                Some(region.clone())
+            }
+            Destination::Eventbridge {
+                event_bus_name: b,
+                region,
+                source: s,
+                ..
+            } => {
+                event_bus_name = Some(b.clone());
+                source = Some(s.clone());
+                Some(region.clone())
+            }
+            _ => None,
+        };
         Self {
             kind: d.kind().to_owned(),
             url: d.url().to_owned(),
@@ -247,6 +309,14 @@ impl DestinationOut {
             subject,
             stream,
             max_len,
+            queue_url,
+            topic_arn,
+            event_bus_name,
+            source,
+            endpoint_url: d.is_cloud().then(|| d.url().to_owned()),
+            project_id,
+            topic,
+            region,
             has_credentials: credentials.is_some(),
         }
     }

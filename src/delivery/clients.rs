@@ -239,6 +239,70 @@ impl Clients {
         }
     }
 
+    /// One POST of `body` with `headers` (and nothing of sluice's own) to `url`, through the
+    /// same guard, clients and TLS setting as `target`'s HTTP attempts, answered by `deadline`:
+    /// a cloud service's API call (the AWS destinations sign it themselves). The exchange and
+    /// the body read are the `publish` phase.
+    pub async fn post(
+        &self,
+        target: &Target,
+        url: &reqwest::Url,
+        headers: reqwest::header::HeaderMap,
+        body: Vec<u8>,
+        deadline: Instant,
+        phases: &mut Phases,
+    ) -> Result<Response, Failure> {
+        self.policy.check_url(url.as_str()).map_err(|e| Failure {
+            kind: ErrorKind::Refused,
+            message: e.to_string(),
+        })?;
+        self.check_proxied(url).await?;
+        let mut t = target.timeouts;
+        let client = self.client(t.connect, t.read, target.tls.as_ref())?;
+        t.total = t
+            .total
+            .min(deadline.saturating_duration_since(Instant::now()));
+        let request = client
+            .post(url.clone())
+            .headers(headers)
+            .timeout(t.total)
+            .body(body);
+        let connect = Arc::new(ConnectClock::default());
+        let clock = Instant::now();
+        let sent = connect.around(request.send()).await;
+        let took = clock.elapsed();
+        let times = connect.times().unwrap_or_default();
+        if connect.times().is_some() {
+            phases.connected = true;
+            phases.connect += times.connect;
+            phases.tls += times.tls;
+        }
+        let mut response =
+            sent.map_err(|e| classify(&e, took, &t, connect.handshake_unfinished()))?;
+        let status = response.status().as_u16();
+        let body = self.read_body(&mut response).await;
+        phases.publish = clock.elapsed().saturating_sub(times.connect + times.tls);
+        phases.published = true;
+        Ok(Response {
+            status,
+            retry_after: None,
+            body,
+        })
+    }
+
+    /// The body, cut at the cap (a broken body after a status line keeps what arrived).
+    async fn read_body(&self, response: &mut reqwest::Response) -> Vec<u8> {
+        let mut body = Vec::new();
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = self.max_body_bytes - body.len();
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if body.len() >= self.max_body_bytes {
+                break; // the rest is dropped with the connection
+            }
+        }
+        body
+    }
+
     /// A token for `target`, if it uses OAuth2; the time spent fetching one is a phase.
     async fn bearer(
         &self,
@@ -353,21 +417,7 @@ impl Clients {
             .get(RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| crate::retry::parse_retry_after(v, std::time::SystemTime::now()));
-        let mut body = Vec::new();
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    let room = self.max_body_bytes - body.len();
-                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                    if body.len() >= self.max_body_bytes {
-                        break; // the rest is dropped with the connection
-                    }
-                }
-                Ok(None) => break,
-                // A broken body after a status line still counts as the status we got.
-                Err(_) => break,
-            }
-        }
+        let body = self.read_body(&mut response).await;
         phases.body = clock.elapsed();
         Ok(Response {
             status,

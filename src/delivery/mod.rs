@@ -62,6 +62,9 @@ pub struct Target {
     pub destination_credentials: Option<DestinationCredentials>,
     /// The endpoint asked for W3C trace context on its attempts.
     pub trace_context: bool,
+    /// The endpoint is FIFO (one at a time, in acceptance order): a Pub/Sub message carries
+    /// its ordering key.
+    pub fifo: bool,
 }
 
 /// The W3C trace context headers of one attempt (for an endpoint that asked for them): the
@@ -130,6 +133,12 @@ pub enum ErrorKind {
     BrokerBlocked,
     /// A broker refused the message as too large.
     TooLarge,
+    /// A cloud service (SQS, SNS, EventBridge, Pub/Sub) throttled the request: read like a 429.
+    Throttled,
+    /// The service refused the message itself as invalid (a parameter it rejects, an
+    /// EventBridge payload that is not a JSON object): no retry would change it, so it is dead
+    /// at once.
+    Invalid,
     /// Anything else.
     Other,
 }
@@ -158,6 +167,8 @@ impl ErrorKind {
             ErrorKind::BrokerNotFound => "broker_not_found",
             ErrorKind::BrokerBlocked => "broker_blocked",
             ErrorKind::TooLarge => "too_large",
+            ErrorKind::Throttled => "throttled",
+            ErrorKind::Invalid => "invalid",
             ErrorKind::Other => "error",
         }
     }
@@ -174,7 +185,7 @@ impl ErrorKind {
     }
 
     /// Every kind, in the order of the enum (the label values of the failures metric).
-    pub const ALL: [ErrorKind; 21] = [
+    pub const ALL: [ErrorKind; 23] = [
         ErrorKind::ConnectTimeout,
         ErrorKind::ReadTimeout,
         ErrorKind::TotalTimeout,
@@ -195,6 +206,8 @@ impl ErrorKind {
         ErrorKind::BrokerNotFound,
         ErrorKind::BrokerBlocked,
         ErrorKind::TooLarge,
+        ErrorKind::Throttled,
+        ErrorKind::Invalid,
         ErrorKind::Other,
     ];
 }
@@ -374,6 +387,8 @@ mod tests {
                 | ErrorKind::BrokerNotFound
                 | ErrorKind::BrokerBlocked
                 | ErrorKind::TooLarge
+                | ErrorKind::Throttled
+                | ErrorKind::Invalid
                 | ErrorKind::Other => true,
             };
             assert!(listed);

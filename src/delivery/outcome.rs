@@ -87,7 +87,8 @@ pub fn decide(
             failed: true,
             kind,
         },
-        Err(f) if f.kind == ErrorKind::Refused => Decision {
+        // Refused by the guard, or a message the service can never accept: no retry changes it.
+        Err(f) if matches!(f.kind, ErrorKind::Refused | ErrorKind::Invalid) => Decision {
             outcome: SettleOutcome::Dead {
                 reason: storable(f.message.as_bytes(), MAX_ERROR_BYTES),
             },
@@ -97,7 +98,8 @@ pub fn decide(
             kind,
         },
         // A broker's backpressure is its 503: the governor slows down for it.
-        Err(f) if f.kind == ErrorKind::BrokerBlocked => Decision {
+        // A cloud service's throttling is its 429.
+        Err(f) if matches!(f.kind, ErrorKind::BrokerBlocked | ErrorKind::Throttled) => Decision {
             outcome: retry_or_dead(now_ms, f.kind.as_str().to_string()),
             observation: Observation::Throttled { retry_after: None },
             disable: None,
@@ -143,6 +145,18 @@ mod tests {
     }
 
     const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_cloud_services_throttling_is_read_like_a_429_and_an_invalid_message_is_dead() {
+        let schedule = RetrySchedule::default();
+        let d = decide(&failure(ErrorKind::Throttled), 1, &schedule, HOUR, 0, 0.5);
+        assert_eq!(d.observation, Observation::Throttled { retry_after: None });
+        assert_eq!(d.kind, AttemptKind::Throttled);
+        assert!(matches!(d.outcome, SettleOutcome::Retry { .. }));
+        let d = decide(&failure(ErrorKind::Invalid), 1, &schedule, HOUR, 0, 0.5);
+        assert!(matches!(d.outcome, SettleOutcome::Dead { .. }), "{d:?}");
+        assert_eq!(d.observation, Observation::OtherFailure);
+    }
 
     #[test]
     fn success_delivers() {

@@ -1,5 +1,7 @@
-//! Broker destinations (RabbitMQ, NATS JetStream, Redis Streams): one signed publish per attempt, delivered only when the broker itself
-//! acknowledges it, under the same deadline, lane and settle path as an HTTP attempt.
+//! Broker destinations (RabbitMQ, NATS JetStream, Redis Streams) and the cloud services (SQS,
+//! SNS, EventBridge, [`aws`]; Google Cloud Pub/Sub, [`pubsub`]): one signed publish per attempt, delivered only when the broker
+//! or service itself acknowledges it, under the same deadline, lane and settle path as an HTTP
+//! attempt.
 //!
 //! The attempt's result is the HTTP attempt's [`Report`], so admission, the governor, the
 //! breakers, retries and the evidence read a broker exactly as they read a receiver: the
@@ -15,11 +17,15 @@
 //! what the endpoint's HTTP attempts would trust.
 
 mod addresses;
+mod aws;
 mod nats;
 mod pool;
+mod pubsub;
 mod rabbitmq;
 mod redis;
 mod tls;
+
+pub use pubsub::ServiceAccountKey;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -28,7 +34,7 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use tokio::time::Instant;
 
-use crate::delivery::{ErrorKind, Failure, Phases, Report, Response, Target};
+use crate::delivery::{Clients, ErrorKind, Failure, Phases, Report, Response, Target};
 use crate::egress::EgressPolicy;
 use crate::model::{Destination, broker_default_port};
 use crate::signing;
@@ -87,6 +93,7 @@ pub struct Brokers {
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
     redis: redis::Publisher,
+    pubsub: pubsub::Publisher,
 }
 
 impl Brokers {
@@ -105,13 +112,18 @@ impl Brokers {
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
             redis: redis::Publisher::new(settings.max_connections),
+            pubsub: pubsub::Publisher::default(),
         }
     }
 
     /// Publish `payload` as message `message_id` to `target`'s broker, all of it (the egress
-    /// check, the connection, the publish and its acknowledgement) by `deadline`.
+    /// check, the connection, the publish and its acknowledgement) by `deadline`. A cloud
+    /// destination's API call goes through `clients`, HTTP delivery's own.
+    // What one attempt publishes and how long it may take, each its own plain argument.
+    #[allow(clippy::too_many_arguments)]
     pub async fn attempt(
         &self,
+        clients: &Clients,
         target: &Target,
         message_id: &str,
         event_type: &str,
@@ -138,7 +150,7 @@ impl Brokers {
             trace,
         };
         phases.sign = clock.elapsed();
-        let sent = self.publish(target, &signed, deadline, &mut phases);
+        let sent = self.publish(clients, target, &signed, deadline, &mut phases);
         let result = tokio::time::timeout_at(deadline, sent)
             .await
             .unwrap_or_else(|_| {
@@ -160,11 +172,25 @@ impl Brokers {
 
     async fn publish(
         &self,
+        clients: &Clients,
         target: &Target,
         signed: &Signed<'_>,
         deadline: Instant,
         phases: &mut Phases,
     ) -> Result<Response, Failure> {
+        if target.destination.is_aws() {
+            return aws::publish(clients, target, signed, deadline, phases).await;
+        }
+        if let Destination::Pubsub {
+            project_id, topic, ..
+        } = &target.destination
+        {
+            let to = pubsub::Topic { project_id, topic };
+            return self
+                .pubsub
+                .publish(clients, target, &to, signed, deadline, phases)
+                .await;
+        }
         let address = self.checked_address(&target.url).await?;
         let trust = tls::Trust::of(&target.url, &self.roots, target.tls.as_ref());
         match &target.destination {
@@ -212,9 +238,16 @@ impl Brokers {
                 };
                 self.redis.publish(&to, signed, deadline, phases).await
             }
-            Destination::Http { .. } => Err(Failure {
+            Destination::Http { .. }
+            | Destination::Sqs { .. }
+            | Destination::Sns { .. }
+            | Destination::Eventbridge { .. }
+            | Destination::Pubsub { .. } => Err(Failure {
                 kind: ErrorKind::Other,
-                message: "an HTTP destination is not a broker's".into(),
+                message: format!(
+                    "a {} destination is not a broker's",
+                    target.destination.kind()
+                ),
             }),
         }
     }

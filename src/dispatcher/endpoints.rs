@@ -359,6 +359,7 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         destination: e.destination.clone(),
         destination_credentials: e.destination_credentials.clone(),
         trace_context: e.trace_context,
+        fifo: e.ordering.is_fifo(),
     }))
 }
 

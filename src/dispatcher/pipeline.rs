@@ -155,6 +155,7 @@ pub(super) async fn run(
         Box::pin(
             ctx.brokers
                 .attempt(
+                    &ctx.clients,
                     target,
                     &d.message_id,
                     &d.event_type,

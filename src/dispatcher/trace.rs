@@ -230,6 +230,13 @@ fn messaging(d: &Destination) -> (&'static str, String) {
         ),
         Destination::Nats { subject, .. } => ("nats", subject.clone()),
         Destination::Redis { stream, .. } => ("redis", stream.clone()),
+        // The semantic conventions' names for SQS and SNS; EventBridge has none of its own.
+        Destination::Sqs { queue_url, .. } => ("aws_sqs", queue_url.clone()),
+        Destination::Sns { topic_arn, .. } => ("aws.sns", topic_arn.clone()),
+        Destination::Eventbridge { event_bus_name, .. } => {
+            ("aws.eventbridge", event_bus_name.clone())
+        }
+        Destination::Pubsub { topic, .. } => ("gcp_pubsub", topic.clone()),
         Destination::Http { .. } => ("http", String::new()),
     }
 }

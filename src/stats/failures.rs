@@ -48,7 +48,8 @@ impl AttemptKind {
     pub fn classify(status: Option<u16>, error_kind: Option<&str>) -> Self {
         match (status, error_kind) {
             (Some(200..=299), _) => Self::Delivered,
-            (Some(429), _) => Self::Throttled,
+            // A cloud service's throttling error is its 429.
+            (Some(429), _) | (None, Some("throttled")) => Self::Throttled,
             (Some(500..=599), _) => Self::ServerError,
             (Some(_), _) => Self::Other,
             (None, Some("connection_refused")) => Self::Refused,
@@ -62,9 +63,10 @@ impl AttemptKind {
             (None, Some("tls_timeout")) => Self::TlsTimeout,
             (None, Some("token_endpoint" | "token_too_large")) => Self::Token,
             (None, Some("broker_blocked")) => Self::BrokerBlocked,
-            (None, Some("unroutable" | "broker_auth" | "broker_not_found" | "too_large")) => {
-                Self::BrokerRefused
-            }
+            (
+                None,
+                Some("unroutable" | "broker_auth" | "broker_not_found" | "too_large" | "invalid"),
+            ) => Self::BrokerRefused,
             (None, _) => Self::Other,
         }
     }
@@ -79,7 +81,7 @@ pub struct FailureCounts {
     pub timed_out: u32,
     /// 5xx answers.
     pub server_error: u32,
-    /// 429 answers.
+    /// 429 answers, and a cloud service's throttling errors (`throttled`).
     pub throttled: u32,
     /// Certificates no trusted CA signed.
     pub certificate_unknown: u32,
@@ -97,8 +99,8 @@ pub struct FailureCounts {
     pub token: u32,
     /// A broker blocking publishers or at its limits.
     pub broker_blocked: u32,
-    /// A broker refusing the message (unroutable, no such exchange or stream, credentials,
-    /// size).
+    /// A broker or cloud service refusing the message (unroutable, no such exchange, stream,
+    /// queue, topic or bus, credentials, size, an invalid message).
     pub broker_refused: u32,
     /// Every other failure (3xx and 4xx answers, resets, DNS, refused destinations).
     pub other: u32,
@@ -162,8 +164,8 @@ impl FailureCounts {
             ),
             (
                 self.broker_refused,
-                "were refused by the broker (unroutable, no such exchange or stream, \
-                 credentials, size)",
+                "were refused by the broker or service (unroutable, no such exchange, stream, \
+                 queue, topic or bus, credentials, size, invalid)",
             ),
             (self.other, "failed otherwise (3xx or 4xx, reset or DNS)"),
         ]

@@ -3,6 +3,9 @@
 pub(crate) mod actions;
 pub(crate) mod checks;
 pub(crate) mod destination;
+mod destination_aws;
+mod destination_fields;
+mod destination_gcp;
 pub(crate) mod jwks;
 pub(crate) mod status;
 pub(crate) mod tls;
@@ -212,6 +215,9 @@ pub(crate) async fn create_endpoint(
             "url (an HTTP destination) or destination is required",
         ));
     };
+    if target.destination.is_aws() && target.credentials.as_ref().is_none_or(Option::is_none) {
+        return Err(destination::aws_key_required());
+    }
     check_event_types(&req.event_types)?;
     check_limits(
         state,
@@ -388,6 +394,10 @@ pub(crate) async fn update_endpoint(
         let same_kind = target.destination.kind() == e.destination.kind();
         match target.credentials {
             Some(c) => e.destination_credentials = c,
+            // An AWS destination signs every call: it cannot start without a key.
+            None if !same_kind && target.destination.is_aws() => {
+                return Err(destination::aws_key_required());
+            }
             None if !same_kind => e.destination_credentials = None,
             None => {}
         }

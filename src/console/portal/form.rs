@@ -66,7 +66,7 @@ pub struct EndpointForm {
     pub oauth2_audience: String,
     /// How sluice authenticates to the token endpoint: `basic` (or blank) or `post`.
     pub oauth2_client_auth: String,
-    /// `http` (or blank), `rabbitmq`, `nats` or `redis`.
+    /// `http` (or blank), `rabbitmq`, `nats`, `redis`, `sqs`, `sns`, `eventbridge` or `pubsub`.
     #[serde(rename = "destination.type")]
     pub destination_type: String,
     /// RabbitMQ exchange.
@@ -93,6 +93,39 @@ pub struct EndpointForm {
     /// NATS token (write-only).
     #[serde(rename = "destination.credentials.token")]
     pub destination_token: String,
+    /// SQS queue URL.
+    #[serde(rename = "destination.queue_url")]
+    pub destination_queue_url: String,
+    /// SNS topic ARN.
+    #[serde(rename = "destination.topic_arn")]
+    pub destination_topic_arn: String,
+    /// EventBridge bus.
+    #[serde(rename = "destination.event_bus_name")]
+    pub destination_event_bus_name: String,
+    /// EventBridge `Source`; blank for `sluice`.
+    #[serde(rename = "destination.source")]
+    pub destination_source: String,
+    /// AWS region.
+    #[serde(rename = "destination.region")]
+    pub destination_region: String,
+    /// AWS access key id (write-only: blank keeps the stored credentials).
+    #[serde(rename = "destination.credentials.access_key_id")]
+    pub destination_access_key_id: String,
+    /// AWS secret access key (write-only).
+    #[serde(rename = "destination.credentials.secret_access_key")]
+    pub destination_secret_access_key: String,
+    /// AWS session token (write-only).
+    #[serde(rename = "destination.credentials.session_token")]
+    pub destination_session_token: String,
+    /// Pub/Sub project.
+    #[serde(rename = "destination.project_id")]
+    pub destination_project_id: String,
+    /// Pub/Sub topic.
+    #[serde(rename = "destination.topic")]
+    pub destination_topic: String,
+    /// Google service account key (write-only: blank keeps the stored one).
+    #[serde(rename = "destination.credentials.service_account_key")]
+    pub destination_service_account_key: String,
 }
 
 /// A field and what is wrong with it.

@@ -44,6 +44,45 @@ pub enum Destination {
         #[serde(default)]
         max_len: Option<u64>,
     },
+    /// An Amazon SQS `SendMessage` (JSON protocol), SigV4-signed.
+    Sqs {
+        /// The service endpoint connected to: the `endpoint_url` given, or the region's.
+        url: String,
+        /// The queue's URL; one ending in `.fifo` is a FIFO queue.
+        queue_url: String,
+        /// The AWS region signed for.
+        region: String,
+    },
+    /// An Amazon SNS `Publish` (query protocol), SigV4-signed.
+    Sns {
+        /// The service endpoint connected to: the `endpoint_url` given, or the region's.
+        url: String,
+        /// The topic's ARN; one ending in `.fifo` is a FIFO topic.
+        topic_arn: String,
+        /// The AWS region signed for.
+        region: String,
+    },
+    /// An Amazon EventBridge `PutEvents` of one entry (JSON 1.1 protocol), SigV4-signed.
+    Eventbridge {
+        /// The service endpoint connected to: the `endpoint_url` given, or the region's.
+        url: String,
+        /// The event bus's name or ARN.
+        event_bus_name: String,
+        /// The AWS region signed for.
+        region: String,
+        /// The entry's `Source`.
+        source: String,
+    },
+    /// A Google Cloud Pub/Sub `publish` (REST), with a service account's token or none (an
+    /// emulator).
+    Pubsub {
+        /// The service endpoint connected to: the `endpoint_url` given, or Google's.
+        url: String,
+        /// The project.
+        project_id: String,
+        /// The topic's id in the project.
+        topic: String,
+    },
 }
 
 impl Destination {
@@ -53,23 +92,46 @@ impl Destination {
             Self::Http { url }
             | Self::Rabbitmq { url, .. }
             | Self::Nats { url, .. }
-            | Self::Redis { url, .. } => url,
+            | Self::Redis { url, .. }
+            | Self::Sqs { url, .. }
+            | Self::Sns { url, .. }
+            | Self::Eventbridge { url, .. }
+            | Self::Pubsub { url, .. } => url,
         }
     }
 
-    /// `http`, `rabbitmq`, `nats` or `redis`: the API's `type`.
+    /// `http`, `rabbitmq`, `nats`, `redis`, `sqs`, `sns`, `eventbridge` or `pubsub`: the API's
+    /// `type`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Http { .. } => "http",
             Self::Rabbitmq { .. } => "rabbitmq",
             Self::Nats { .. } => "nats",
             Self::Redis { .. } => "redis",
+            Self::Sqs { .. } => "sqs",
+            Self::Sns { .. } => "sns",
+            Self::Eventbridge { .. } => "eventbridge",
+            Self::Pubsub { .. } => "pubsub",
         }
     }
 
-    /// Whether it is a broker (anything but HTTP).
+    /// Whether it is a broker (anything but HTTP, the AWS services included).
     pub fn is_broker(&self) -> bool {
         !matches!(self, Self::Http { .. })
+    }
+
+    /// Whether it is a cloud service's API (SQS, SNS, EventBridge, Pub/Sub): one HTTP call per
+    /// attempt through the HTTP clients.
+    pub fn is_cloud(&self) -> bool {
+        self.is_aws() || matches!(self, Self::Pubsub { .. })
+    }
+
+    /// Whether it is an AWS service (SQS, SNS, EventBridge): reached over HTTPS with SigV4.
+    pub fn is_aws(&self) -> bool {
+        matches!(
+            self,
+            Self::Sqs { .. } | Self::Sns { .. } | Self::Eventbridge { .. }
+        )
     }
 
     /// The stored form: JSON for a broker, NULL for HTTP (whose URL is the `url` column).
@@ -106,6 +168,14 @@ pub fn broker_scheme_is_tls(scheme: &str) -> bool {
     matches!(scheme, "amqps" | "tls" | "rediss")
 }
 
+/// Google Cloud Pub/Sub's endpoint.
+pub const PUBSUB_ENDPOINT: &str = "https://pubsub.googleapis.com";
+
+/// The regional endpoint of AWS `service` (`sqs`, `sns`, `events`) in `region`.
+pub fn aws_endpoint(service: &str, region: &str) -> String {
+    format!("https://{service}.{region}.amazonaws.com")
+}
+
 /// A broker's credentials: write-only, never shown, logged or put in an error.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DestinationCredentials {
@@ -118,6 +188,19 @@ pub struct DestinationCredentials {
     /// A NATS token.
     #[serde(default)]
     pub token: Option<String>,
+    /// AWS: the access key id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    /// AWS: the secret access key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_access_key: Option<String>,
+    /// AWS: a session token, with temporary credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_token: Option<String>,
+    /// Google: a service account's JSON key (its `private_key` signs token requests to its
+    /// `token_uri`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_key: Option<String>,
 }
 
 impl DestinationCredentials {
@@ -139,6 +222,10 @@ impl std::fmt::Debug for DestinationCredentials {
             .field("username", &self.username)
             .field("password", &hidden(&self.password))
             .field("token", &hidden(&self.token))
+            .field("access_key_id", &hidden(&self.access_key_id))
+            .field("secret_access_key", &hidden(&self.secret_access_key))
+            .field("session_token", &hidden(&self.session_token))
+            .field("service_account_key", &hidden(&self.service_account_key))
             .finish()
     }
 }
@@ -191,8 +278,15 @@ mod tests {
             username: Some("u".into()),
             password: Some("hunter2".into()),
             token: Some("tok".into()),
+            access_key_id: Some("AKIDSHOWN".into()),
+            secret_access_key: Some("aws-secret".into()),
+            session_token: Some("aws-session".into()),
+            service_account_key: Some("-----BEGIN PRIVATE KEY-----".into()),
         };
         let shown = format!("{c:?}");
         assert!(!shown.contains("hunter2") && !shown.contains("tok\""));
+        for hidden in ["AKIDSHOWN", "aws-secret", "aws-session", "PRIVATE KEY"] {
+            assert!(!shown.contains(hidden), "{shown}");
+        }
     }
 }

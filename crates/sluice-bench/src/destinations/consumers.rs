@@ -24,11 +24,28 @@ pub(crate) struct Consumer {
     made: Made,
 }
 
+impl Consumer {
+    /// A consumer of what `destination` delivers to, read by `task`, having made `made`.
+    pub(super) fn new(
+        destination: Value,
+        task: tokio::task::JoinHandle<()>,
+        made: Made,
+    ) -> Consumer {
+        Consumer {
+            destination,
+            task,
+            made,
+        }
+    }
+}
+
 /// What a consumer made on its broker.
-enum Made {
+pub(super) enum Made {
     Queue(lapin::Channel, lapin::Connection, String),
     Stream(async_nats::jetstream::Context, String),
     Key(redis::aio::MultiplexedConnection, String),
+    /// An AWS kind's moto server and its consumer process, stopped when finished.
+    Processes(Vec<std::process::Child>),
 }
 
 impl Consumer {
@@ -50,6 +67,10 @@ impl Consumer {
                 .await
                 .map(drop)
                 .map_err(anyhow::Error::from),
+            Made::Processes(children) => {
+                super::cloud::stop(children);
+                Ok(())
+            }
             Made::Key(mut conn, key) => redis::cmd("DEL")
                 .arg(&key)
                 .query_async::<()>(&mut conn)

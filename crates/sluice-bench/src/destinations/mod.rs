@@ -2,7 +2,8 @@
 //! each destination kind, from a fresh sluice and store each: a loopback HTTP receiver (the
 //! yardstick), RabbitMQ (a durable queue behind the default exchange), NATS JetStream (a stream
 //! of its own) and Redis Streams (a stream of its own), every one at 127.0.0.1 as `.ci/run`
-//! starts them. Per kind: deliveries/s, enqueue→delivery latency, the attempt's service time
+//! starts them; and Amazon SQS, SNS and EventBridge against a moto server of each run's own,
+//! Google Cloud Pub/Sub against Google's emulator. Per kind: deliveries/s, enqueue→delivery latency, the attempt's service time
 //! (for a broker: connect, publish and its acknowledgement) and CPU, and each broker's
 //! deliveries/s against HTTP's. Embedded SQLite by default; `--database-url` for PostgreSQL.
 //!
@@ -12,9 +13,11 @@
 //! # Layout
 //! - [`run`](mod@run): one kind on a fresh sluice: its consumer, its endpoint, the burst;
 //! - [`consumers`]: a consumer per broker, feeding the timeline;
+//! - [`cloud`]: the cloud kinds' consumers, behind moto and the Pub/Sub emulator;
 //! - [`verdicts`]: the target (a broker reaches 0.8× HTTP's deliveries/s), pure;
 //! - [`figures`]: the report.
 
+mod cloud;
 pub(crate) mod consumers;
 mod figures;
 mod run;
@@ -31,10 +34,31 @@ pub(crate) enum Kind {
     RabbitMq,
     Nats,
     Redis,
+    Sqs,
+    Sns,
+    EventBridge,
+    PubSub,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [Kind::Http, Kind::RabbitMq, Kind::Nats, Kind::Redis];
+    const ALL: [Kind; 8] = [
+        Kind::Http,
+        Kind::RabbitMq,
+        Kind::Nats,
+        Kind::Redis,
+        Kind::Sqs,
+        Kind::Sns,
+        Kind::EventBridge,
+        Kind::PubSub,
+    ];
+
+    /// Whether it is a cloud service (against an emulator here: moto, Google's Pub/Sub one).
+    fn is_cloud(self) -> bool {
+        matches!(
+            self,
+            Kind::Sqs | Kind::Sns | Kind::EventBridge | Kind::PubSub
+        )
+    }
 
     fn key(self) -> &'static str {
         match self {
@@ -42,6 +66,10 @@ impl Kind {
             Kind::RabbitMq => "rabbitmq",
             Kind::Nats => "nats",
             Kind::Redis => "redis",
+            Kind::Sqs => "sqs",
+            Kind::Sns => "sns",
+            Kind::EventBridge => "eventbridge",
+            Kind::PubSub => "pubsub",
         }
     }
 
@@ -51,6 +79,10 @@ impl Kind {
             Kind::RabbitMq => "RabbitMQ (publisher confirms)",
             Kind::Nats => "NATS JetStream (PublishAck)",
             Kind::Redis => "Redis Streams (XADD)",
+            Kind::Sqs => "Amazon SQS (SendMessage, moto)",
+            Kind::Sns => "Amazon SNS (Publish, moto)",
+            Kind::EventBridge => "Amazon EventBridge (PutEvents, moto)",
+            Kind::PubSub => "Google Cloud Pub/Sub (publish, emulator)",
         }
     }
 }

@@ -33,6 +33,10 @@ pub(super) async fn one(
         Kind::RabbitMq => Some(consumers::rabbitmq(timeline.clone(), 0).await?),
         Kind::Nats => Some(consumers::nats(timeline.clone()).await?),
         Kind::Redis => Some(consumers::redis(timeline.clone()).await?),
+        Kind::Sqs | Kind::Sns | Kind::EventBridge => {
+            Some(super::cloud::consumer(kind.key(), timeline.clone()).await?)
+        }
+        Kind::PubSub => Some(super::cloud::pubsub(timeline.clone()).await?),
     };
     let destination = match &consumer {
         None => json!({ "type": "http", "url": rx.url() }),
