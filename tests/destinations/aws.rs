@@ -234,10 +234,27 @@ async fn an_sqs_delivery_arrives_once_signed_and_a_fifo_queue_gets_its_group_and
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sns_and_eventbridge_deliveries_reach_what_is_subscribed_to_them() {
+    sns_and_eventbridge(test_settings()).await;
+}
+
+/// SNS and EventBridge on PostgreSQL, as on the embedded store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sns_and_eventbridge_deliveries_reach_what_is_subscribed_to_them_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    sns_and_eventbridge(sluice::config::RawSettings {
+        database_url: Some(url),
+        ..test_settings()
+    })
+    .await;
+}
+
+async fn sns_and_eventbridge(settings: sluice::config::RawSettings) {
     let Some(moto) = Moto::start().await else {
         return;
     };
-    let s = Sluice::start(test_settings()).await;
+    let s = Sluice::start(settings).await;
     let (_, token) = s.tenant("acme").await;
 
     // SNS: a queue subscribed with raw message delivery gets the body and the attributes.

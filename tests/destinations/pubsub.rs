@@ -118,11 +118,28 @@ fn verify_message(secret: &str, (body, attributes, _): &(String, Value, Value)) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pubsub_delivery_arrives_signed_and_a_fifo_endpoint_orders_by_its_key() {
+    pubsub_delivery(test_settings()).await;
+}
+
+/// The same on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pubsub_delivery_arrives_signed_and_a_fifo_endpoint_orders_by_its_key_on_postgres() {
+    let Some(url) = super::support::fresh_postgres().await else {
+        return;
+    };
+    pubsub_delivery(sluice::config::RawSettings {
+        database_url: Some(url),
+        ..test_settings()
+    })
+    .await;
+}
+
+async fn pubsub_delivery(settings: sluice::config::RawSettings) {
     let Some((_emulator, base, _dir)) = emulator().await else {
         return;
     };
     let (name, sub) = topic(&base).await;
-    let s = Sluice::start(test_settings()).await;
+    let s = Sluice::start(settings).await;
     let (_, token) = s.tenant("acme").await;
     let (status, created) = s
         .post(
