@@ -163,6 +163,52 @@ def consume(endpoint, key, secret, queue_url):
             print(body.get("sent_at_us", 0) if isinstance(body, dict) else 0, flush=True)
 
 
+def count(endpoint, key, secret, queue_url):
+    sqs = client("sqs", endpoint, key, secret)
+    a = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    print(int(a["ApproximateNumberOfMessages"]) + int(a["ApproximateNumberOfMessagesNotVisible"]))
+
+
+def drain(endpoint, key, secret, queue_url):
+    """Receive and delete until the queue is empty: the bodies and ids in the order received."""
+    sqs = client("sqs", endpoint, key, secret)
+    out = []
+    while True:
+        got = sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            MessageAttributeNames=["All"],
+            WaitTimeSeconds=0,
+        ).get("Messages", [])
+        if not got:
+            break
+        sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[
+                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]}
+                for n, m in enumerate(got)
+            ],
+        )
+        for m in got:
+            attributes = m.get("MessageAttributes", {})
+            out.append(
+                {
+                    "body": m["Body"],
+                    "webhook-id": attributes.get("webhook-id", {}).get("StringValue"),
+                }
+            )
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
-    command = {"setup": setup, "receive": receive, "consume": consume}[sys.argv[1]]
+    command = {
+        "setup": setup,
+        "receive": receive,
+        "consume": consume,
+        "count": count,
+        "drain": drain,
+    }[sys.argv[1]]
     command(*sys.argv[2:])

@@ -15,6 +15,8 @@ mod api;
 mod aws;
 #[path = "destinations/aws_edges.rs"]
 mod aws_edges;
+#[path = "destinations/aws_fleet.rs"]
+mod aws_fleet;
 #[path = "destinations/blocked.rs"]
 mod blocked;
 #[path = "destinations/fleet.rs"]

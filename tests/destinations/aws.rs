@@ -76,12 +76,12 @@ impl Moto {
         })
     }
 
-    /// Every message `queue_url` holds, as a consumer receives it.
-    pub(super) fn receive(&self, queue_url: &str) -> Vec<Value> {
+    /// Run a command of `tests/aws_moto.py` on `queue_url` as this server's user: its output.
+    fn queue_command(&self, command: &str, queue_url: &str) -> Vec<u8> {
         let out = std::process::Command::new(&self.python)
             .args([
                 SCRIPT,
-                "receive",
+                command,
                 &self.base,
                 &self.made("access_key_id"),
                 &self.made("secret_access_key"),
@@ -91,10 +91,28 @@ impl Moto {
             .unwrap();
         assert!(
             out.status.success(),
-            "receive: {}",
+            "{command}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+        out.stdout
+    }
+
+    /// Every message `queue_url` holds, as a consumer receives it (none deleted).
+    pub(super) fn receive(&self, queue_url: &str) -> Vec<Value> {
+        serde_json::from_slice(&self.queue_command("receive", queue_url)).unwrap()
+    }
+
+    /// How many messages `queue_url` holds, received or not.
+    pub(super) fn count(&self, queue_url: &str) -> usize {
+        String::from_utf8_lossy(&self.queue_command("count", queue_url))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Receive and delete every message of `queue_url`, in the order the queue gives them.
+    pub(super) fn drain(&self, queue_url: &str) -> Vec<Value> {
+        serde_json::from_slice(&self.queue_command("drain", queue_url)).unwrap()
     }
 
     /// An endpoint of `kind` with `fields`, the key of this server's user, at this server.
