@@ -1,9 +1,10 @@
 //! `destinations`' report: each kind's burst, its service time, each kind against HTTP; for a
-//! cloud kind, what the sink counted.
+//! cloud kind, what the sink counted or the emulator's CPU and own ceiling.
 
+use super::ceiling::{MOTO_THREADS, PUBSUB_PUBLISHERS};
 use super::verdicts::{LEAST_SHARE_OF_HTTP, LEAST_SHARE_OF_HTTP_CLOUD, against_http};
 use super::{Kind, Row};
-use crate::report::Report;
+use crate::report::{Report, ratio};
 use crate::{BenchArgs, Cloud};
 
 /// The report: parameters, each kind's figures, the verdicts.
@@ -87,17 +88,21 @@ pub(super) fn report(args: &BenchArgs, messages: u64, producers: usize, rows: &[
              verified; AWS calls without an Authorization header counted): their figures are \
              sluice's own ceiling per kind, the signing, the call and the reading of the answer"
             .to_owned(),
-        Cloud::Emulators => "the cloud kinds go to moto (one Python process, signature and IAM \
-             checking on) and Google's Pub/Sub emulator, both slower than the services: each \
-             row's figures are the emulator's ceiling as much as sluice's. The burst is 1,000 \
-             messages here unless --messages says otherwise (not 20,000): emulators are slow"
-            .to_owned(),
+        Cloud::Emulators => format!(
+            "the cloud kinds go to moto (one Python process, signature and IAM checking on) and \
+             Google's Pub/Sub emulator, both slower than the services: each row's figures are \
+             the emulator's ceiling as much as sluice's. Beside each: the emulator's CPU over \
+             the burst, and what it took from a client that is not sluice once the burst was \
+             over (the same calls, as many messages: boto3 from {MOTO_THREADS} threads, REST \
+             publishes from {PUBSUB_PUBLISHERS} tasks). The burst is 1,000 messages here unless \
+             --messages says otherwise (not 20,000): emulators are slow"
+        ),
     });
     report
 }
 
-/// A cloud kind's extra figures: the sink's counts, with the invariant that every AWS call was
-/// signed.
+/// A cloud kind's extra figures: the sink's counts (with the invariant that every AWS call was
+/// signed), or the emulator's CPU and own ceiling.
 fn cloud_figures(report: &mut Report, row: &Row, name: &str, key: &dyn Fn(&str) -> String) {
     let label = |what: &str| format!("{name}: {what}");
     if let Some(sink) = &row.sink {
@@ -125,6 +130,38 @@ fn cloud_figures(report: &mut Report, row: &Row, name: &str, key: &dyn Fn(&str) 
                 "{name}: every request was a publish the sink reads ({} not)",
                 sink.unreadable
             ),
+        );
+    }
+    if let Some(e) = &row.emulator {
+        report.figure(
+            &key("emulator_cpu_burst"),
+            &label("the emulator's CPU over the burst"),
+            e.burst_cpu_cores,
+            "cores",
+        );
+        report.figure(
+            &key("emulator_ceiling_per_s"),
+            &label("the emulator's own ceiling, calls/s from a client that is not sluice"),
+            Some(e.ceiling.per_s),
+            "/s",
+        );
+        report.figure(
+            &key("emulator_ceiling_cpu"),
+            &label("the emulator's CPU over that"),
+            e.ceiling.cpu_cores,
+            "cores",
+        );
+        report.figure(
+            &key("emulator_ceiling_refused"),
+            &label("calls the emulator refused or failed in that"),
+            Some(e.ceiling.refused as f64),
+            "",
+        );
+        report.figure(
+            &key("vs_emulator_ceiling"),
+            &label("deliveries/s ÷ the emulator's own ceiling"),
+            ratio(Some(row.burst.delivery_per_s), Some(e.ceiling.per_s)),
+            "×",
         );
     }
 }

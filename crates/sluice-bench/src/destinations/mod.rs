@@ -5,7 +5,7 @@
 //! starts them; and Amazon SQS, SNS, EventBridge and Google Cloud Pub/Sub, as `--cloud` says:
 //! a stand-in for the services in this process ([`crate::cloud_sink`], the default: sluice's
 //! own ceiling per kind), or emulators (a moto server of each run's own, Google's Pub/Sub
-//! emulator). Per kind: deliveries/s, enqueue→delivery
+//! emulator) with each one's own ceiling beside it. Per kind: deliveries/s, enqueue→delivery
 //! latency, the attempt's service time (for a broker: connect, publish and its
 //! acknowledgement) and CPU, and its deliveries/s against HTTP's. Embedded SQLite by default;
 //! `--database-url` for PostgreSQL.
@@ -17,10 +17,12 @@
 //! - [`run`](mod@run): one kind on a fresh sluice: its consumer, its endpoint, the burst;
 //! - [`consumers`]: a consumer per broker, feeding the timeline;
 //! - [`cloud`]: the cloud kinds' consumers behind moto and the Pub/Sub emulator;
+//! - [`ceiling`]: an emulator's own ceiling and CPU;
 //! - [`verdicts`]: the targets (a broker reaches 0.8× HTTP's deliveries/s, a cloud kind 0.5×),
 //!   pure;
 //! - [`figures`]: the report.
 
+mod ceiling;
 mod cloud;
 pub(crate) mod consumers;
 mod figures;
@@ -123,6 +125,8 @@ struct Row {
     /// A cloud kind to the sink: the calls it answered, the AWS ones without an
     /// `Authorization` header, and requests that were no publish call.
     sink: Option<SinkCounts>,
+    /// A cloud kind to an emulator: its CPU over the burst and its own ceiling.
+    emulator: Option<EmulatorFigures>,
 }
 
 /// What the sink counted of one kind's burst.
@@ -130,6 +134,14 @@ struct SinkCounts {
     calls: u64,
     unsigned: u64,
     unreadable: u64,
+}
+
+/// An emulator's figures beside sluice's.
+struct EmulatorFigures {
+    /// Its CPU over the burst, cores.
+    burst_cpu_cores: Option<f64>,
+    /// What it took from a client that is not sluice.
+    ceiling: ceiling::Ceiling,
 }
 
 /// Messages in the burst: `--messages`, else the standard 20,000 (a smaller one against

@@ -1,13 +1,16 @@
 //! One destination kind on a fresh sluice: its consumer (or the cloud sink), one endpoint
-//! delivering to it, the standard burst, the attempt's service time from `/metrics`.
+//! delivering to it, the standard burst, the attempt's service time from `/metrics`; against an
+//! emulator, its CPU over the burst and then its own ceiling.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::json;
 
-use super::cloud;
+use super::ceiling;
+use super::cloud::{self, Emulator};
 use super::consumers::{self, Consumer};
-use super::{Kind, Row, SinkCounts};
+use super::{EmulatorFigures, Kind, Row, SinkCounts};
 use crate::cloud_sink::CloudSink;
 use crate::harness::{Sluice, Tuning};
 use crate::receiver::{self, Mode};
@@ -31,6 +34,7 @@ pub(super) async fn one(
     // The receiver is started for every kind, so each run carries the same tasks.
     let rx = receiver::start(Mode::Fast, timeline.clone(), 0).await?;
     let mut sink: Option<CloudSink> = None;
+    let mut emulator: Option<Emulator> = None;
     let consumer: Option<Consumer> = match (kind, kind.service(), args.cloud) {
         (Kind::Http, ..) => None,
         (Kind::RabbitMq, ..) => Some(consumers::rabbitmq(timeline.clone(), 0).await?),
@@ -40,8 +44,16 @@ pub(super) async fn one(
             sink = Some(CloudSink::start(timeline.clone(), 0).await?);
             None
         }
-        (Kind::PubSub, _, Cloud::Emulators) => Some(cloud::pubsub(timeline.clone()).await?),
-        (_, _, Cloud::Emulators) => Some(cloud::consumer(kind.key(), timeline.clone()).await?),
+        (Kind::PubSub, _, Cloud::Emulators) => {
+            let (c, e) = cloud::pubsub(timeline.clone()).await?;
+            emulator = Some(e);
+            Some(c)
+        }
+        (_, _, Cloud::Emulators) => {
+            let (c, e) = cloud::consumer(kind.key(), timeline.clone()).await?;
+            emulator = Some(e);
+            Some(c)
+        }
     };
     let destination = match (&consumer, &sink, kind.service()) {
         (Some(c), _, _) => c.destination.clone(),
@@ -56,6 +68,8 @@ pub(super) async fn one(
         .await?;
 
     let before = sluice.scrape().await?;
+    let emulator_cpu0 = emulator.as_ref().and_then(ceiling::cpu_s);
+    let started = Instant::now();
     let measured = burst(
         args,
         &sluice,
@@ -69,12 +83,26 @@ pub(super) async fn one(
         },
     )
     .await;
+    let burst_s = started.elapsed().as_secs_f64();
+    let burst_cpu_cores = emulator
+        .as_ref()
+        .and_then(ceiling::cpu_s)
+        .zip(emulator_cpu0)
+        .map(|(b, a)| (b - a) / burst_s);
     let after = sluice.scrape().await;
     sluice.stop().await;
     drop(rx);
     if let Some(c) = consumer {
         c.finish().await;
     }
+    // With its consumer stopped, the emulator takes the same calls from another client.
+    let emulator = match emulator {
+        Some(e) => Some(EmulatorFigures {
+            burst_cpu_cores,
+            ceiling: ceiling::measure(&e, messages).await?,
+        }),
+        None => None,
+    };
     let service = after?
         .histogram(SERVICE)
         .zip(before.histogram(SERVICE))
@@ -89,5 +117,6 @@ pub(super) async fn one(
             unsigned: s.unsigned(),
             unreadable: s.unreadable(),
         }),
+        emulator,
     })
 }
