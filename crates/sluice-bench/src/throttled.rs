@@ -3,9 +3,9 @@
 //! `--kind sqs|sns|eventbridge|pubsub` a cloud destination whose service (the cloud sink)
 //! answers its own throttling error, with no Retry-After. It starts roomy (16 at once) and a
 //! third of the way in its capacity drops (to 2 by default): the governor, settled near 16,
-//! meets a burst of refusals, halves once per round trip, honours each pause, learns the new
-//! capacity and holds there, probing above it after 10 s, then less often each time a probe
-//! is refused (up to every 80 s). Healthy endpoints run alongside, and once more in a
+//! meets a burst of refusals, halves once per round trip, honours each Retry-After, learns the
+//! new capacity and holds there, probing above it after 10 s, then less often each time a
+//! probe is refused (up to every 80 s). Healthy endpoints run alongside, and once more in a
 //! baseline phase without the throttling endpoint.
 
 use std::time::Duration;

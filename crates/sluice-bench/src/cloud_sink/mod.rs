@@ -134,7 +134,8 @@ impl CloudSink {
                 aws(json!({ "type": "eventbridge", "event_bus_name": "bench" }))
             }
             Service::PubSub => json!({
-                "type": "pubsub", "project_id": "sluice-bench", "topic": "bench", "endpoint_url": url,
+                "type": "pubsub", "project_id": "sluice-bench", "topic": "bench",
+                "endpoint_url": url,
             }),
         }
     }
