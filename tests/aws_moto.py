@@ -13,10 +13,18 @@
                    reads and deletes the queue's messages until killed, printing each one's
                    `sent_at_us` (from the payload, or from an EventBridge event's `detail`) on a
                    line of its own: `sluice bench destinations`' consumer.
+  ceiling ENDPOINT KEY SECRET KIND TARGET MESSAGES THREADS
+                   sends MESSAGES messages shaped like sluice's (a small JSON payload, the
+                   Standard Webhooks message attributes) to TARGET (KIND `sqs`: a queue URL,
+                   `sns`: a topic ARN, `eventbridge`: a bus) from THREADS threads, one client
+                   each, and prints as JSON how many were accepted, refused, and how long they
+                   took: what the server takes from a client that is not sluice.
 """
 
 import json
 import sys
+import threading
+import time
 import urllib.request
 
 import boto3
@@ -203,6 +211,78 @@ def drain(endpoint, key, secret, queue_url):
     print(json.dumps(out))
 
 
+def ceiling(endpoint, key, secret, kind, target, messages, threads):
+    messages, threads = int(messages), max(1, int(threads))
+    service = {"sqs": "sqs", "sns": "sns", "eventbridge": "events"}[kind]
+    # One client per thread, made here: making clients is not thread-safe, using one is.
+    clients = [client(service, endpoint, key, secret) for _ in range(threads)]
+    attributes = {
+        name: {"DataType": "String", "StringValue": value}
+        for name, value in [
+            ("webhook-id", "msg_ceiling"),
+            ("webhook-timestamp", str(int(time.time()))),
+            ("webhook-signature", "v1,c2lnbmF0dXJlLW9mLXRoZS1jZWlsaW5nLXJ1bg=="),
+            ("webhook-event-type", "e.0"),
+        ]
+    }
+
+    def send(c, seq):
+        payload = json.dumps({"sent_at_us": 0, "seq": seq}, separators=(",", ":"))
+        if kind == "sqs":
+            c.send_message(QueueUrl=target, MessageBody=payload, MessageAttributes=attributes)
+        elif kind == "sns":
+            c.publish(TopicArn=target, Message=payload, MessageAttributes=attributes)
+        else:
+            got = c.put_events(
+                Entries=[
+                    {
+                        "EventBusName": target,
+                        "Source": "sluice",
+                        "DetailType": "e.0",
+                        "Detail": payload,
+                    }
+                ]
+            )
+            if got.get("FailedEntryCount", 0):
+                raise RuntimeError("a failed entry")
+
+    lock = threading.Lock()
+    counts = {"next": 0, "accepted": 0, "refused": 0}
+
+    def work(c):
+        while True:
+            with lock:
+                seq = counts["next"]
+                if seq >= messages:
+                    return
+                counts["next"] += 1
+            try:
+                send(c, seq)
+                ok = "accepted"
+            except Exception:
+                ok = "refused"
+            with lock:
+                counts[ok] += 1
+
+    started = time.monotonic()
+    workers = [threading.Thread(target=work, args=(c,)) for c in clients]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    seconds = time.monotonic() - started
+    print(
+        json.dumps(
+            {
+                "accepted": counts["accepted"],
+                "refused": counts["refused"],
+                "seconds": seconds,
+                "threads": threads,
+            }
+        )
+    )
+
+
 if __name__ == "__main__":
     command = {
         "setup": setup,
@@ -210,5 +290,6 @@ if __name__ == "__main__":
         "consume": consume,
         "count": count,
         "drain": drain,
+        "ceiling": ceiling,
     }[sys.argv[1]]
     command(*sys.argv[2:])

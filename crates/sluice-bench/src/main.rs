@@ -36,6 +36,7 @@ mod arrivals;
 mod backlog;
 mod blocked_broker;
 mod chart;
+mod cloud_sink;
 mod compare;
 mod dead_endpoint;
 mod destinations;
@@ -135,8 +136,9 @@ pub enum Scenario {
     /// throughput, claim time, store CPU and table sizes against the empty store's.
     History,
     /// The standard burst (20,000 messages) to one endpoint of each destination kind: a
-    /// loopback HTTP receiver, RabbitMQ, NATS JetStream and Redis Streams on 127.0.0.1:
-    /// deliveries/s, latency and the broker's acknowledgement time, each broker against HTTP.
+    /// loopback HTTP receiver, RabbitMQ, NATS JetStream and Redis Streams on 127.0.0.1, SQS,
+    /// SNS, EventBridge and Pub/Sub (see `--cloud`): deliveries/s, latency and the broker's
+    /// acknowledgement time, each kind against HTTP.
     Destinations,
     /// PostgreSQL's two ways in, same tenant and fan-out (10 endpoints): 32 HTTP producers
     /// POSTing to /v1/messages, then 32 connections calling sluice.send_message (a transaction
@@ -168,6 +170,36 @@ impl Scenario {
             Scenario::Enqueue => "enqueue",
         }
     }
+}
+
+/// What `destinations` delivers its cloud kinds (SQS, SNS, EventBridge, Pub/Sub) to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Cloud {
+    /// A stand-in in the bench process that answers each service's success reply at once
+    /// (signatures not verified, unsigned AWS calls counted): sluice's own ceiling per kind,
+    /// the figure compared with HTTP's.
+    #[default]
+    Sink,
+    /// moto (signature and IAM checking on) and Google's Pub/Sub emulator, each with its own
+    /// ceiling from a client that is not sluice and its CPU beside it; 1,000 messages unless
+    /// `--messages` says otherwise, as emulators are slow.
+    Emulators,
+}
+
+/// What the throttling endpoint of `throttled` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ThrottledKind {
+    /// An HTTP receiver answering 429 with Retry-After.
+    #[default]
+    Http,
+    /// An SQS destination whose service answers `RequestThrottled` (no Retry-After).
+    Sqs,
+    /// An SNS destination whose service answers `Throttling` (no Retry-After).
+    Sns,
+    /// An EventBridge destination whose service answers `ThrottlingException` (no Retry-After).
+    Eventbridge,
+    /// A Pub/Sub destination whose service answers `RESOURCE_EXHAUSTED` (no Retry-After).
+    Pubsub,
 }
 
 /// `sluice-bench`.
@@ -267,13 +299,23 @@ pub struct BenchArgs {
     /// throttled: requests the endpoint serves at once before answering 429.
     #[arg(long)]
     pub capacity: Option<usize>,
-    /// throttled: seconds in the Retry-After header.
+    /// throttled: seconds in the Retry-After header (an HTTP endpoint's; the cloud services
+    /// send none).
     #[arg(long)]
     pub retry_after: Option<u64>,
+    /// throttled: what the throttling endpoint is; a cloud kind's calls go to a stand-in for
+    /// the service in the bench process that answers its success reply below the capacity
+    /// and its throttling error above it.
+    #[arg(long, value_enum, default_value_t)]
+    pub kind: ThrottledKind,
+    /// destinations: what the cloud kinds (SQS, SNS, EventBridge, Pub/Sub) deliver to.
+    #[arg(long, value_enum, default_value_t)]
+    pub cloud: Cloud,
     /// scale: endpoints each message reaches (default 1).
     #[arg(long)]
     pub fan_out: Option<usize>,
-    /// scale: messages in the burst (default 20,000).
+    /// scale, destinations: messages in the burst (default 20,000; destinations with
+    /// `--cloud emulators`: 1,000).
     #[arg(long)]
     pub messages: Option<u64>,
     /// replay: the objective for the oldest ready delivery's age, seconds (default 5).

@@ -1,18 +1,32 @@
-//! `throttled`: an endpoint that serves a number of requests at once and answers 429 with
-//! Retry-After to the rest, offered more than it can take. It starts roomy (16 at once) and a
+//! `throttled`: an endpoint that serves a number of requests at once and refuses the rest,
+//! offered more than it can take: an HTTP receiver answering 429 with Retry-After, or with
+//! `--kind sqs|sns|eventbridge|pubsub` a cloud destination whose service (the cloud sink)
+//! answers its own throttling error, with no Retry-After. It starts roomy (16 at once) and a
 //! third of the way in its capacity drops (to 2 by default): the governor, settled near 16,
-//! meets a burst of 429s, halves once per round trip, honours each pause, learns the new
-//! capacity and holds there, probing above it after 10 s, then less often each time a probe
-//! draws a 429 (up to every 80 s). Healthy endpoints run alongside, and once more in a
+//! meets a burst of refusals, halves once per round trip, honours each Retry-After, learns the
+//! new capacity and holds there, probing above it after 10 s, then less often each time a
+//! probe is refused (up to every 80 s). Healthy endpoints run alongside, and once more in a
 //! baseline phase without the throttling endpoint.
 
 use std::time::Duration;
 
 use super::chart::{Line, Panel};
+use super::cloud_sink::Service;
 use super::harness::Tuning;
-use super::phase::{self, BAD, Bad, PhaseSpec};
+use super::phase::{self, BAD, Bad, PhaseSpec, Throttling};
 use super::report::{Report, ratio};
-use super::{BenchArgs, compare, save_chart, watch};
+use super::{BenchArgs, ThrottledKind, compare, save_chart, watch};
+
+/// How the endpoint `--kind` names refuses what it cannot take.
+fn throttling(kind: ThrottledKind, retry_after_s: u64) -> Throttling {
+    match kind {
+        ThrottledKind::Http => Throttling::TooManyRequests { retry_after_s },
+        ThrottledKind::Sqs => Throttling::Service(Service::Sqs),
+        ThrottledKind::Sns => Throttling::Service(Service::Sns),
+        ThrottledKind::Eventbridge => Throttling::Service(Service::EventBridge),
+        ThrottledKind::Pubsub => Throttling::Service(Service::PubSub),
+    }
+}
 
 /// Mean of `(t, v)` points with `from <= t < to`.
 fn mean_between(points: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
@@ -67,11 +81,25 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         tuning: Tuning::default(),
     };
     let base = phase::run(args, &spec("baseline", Bad::None)).await?;
+    let throttling = throttling(args.kind, retry_after_s);
+    // What a refusal is, in the labels: the status, or the service's error code.
+    let (endpoint, refusal, refusal_in_full) = match throttling {
+        Throttling::TooManyRequests { retry_after_s } => (
+            "HTTP endpoint".to_owned(),
+            "429",
+            format!("429 + Retry-After {retry_after_s} s"),
+        ),
+        Throttling::Service(s) => (
+            format!("{} destination", s.name()),
+            s.throttling_code(),
+            format!("{} (no Retry-After)", s.throttling_code()),
+        ),
+    };
     let capped = Bad::Capped {
         capacity: initial_capacity,
         drop_to: Some((drop_at, capacity)),
         service,
-        retry_after_s,
+        throttling,
         rate,
         lane,
     };
@@ -83,7 +111,11 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     report.param("capacity_after", capacity);
     report.param("capacity_drops_at_s", drop_at.as_secs_f64());
     report.param("service_ms", service.as_millis() as u64);
-    report.param("retry_after_s", retry_after_s);
+    report.param("throttling_endpoint", endpoint.clone());
+    report.param("refusal", refusal_in_full.clone());
+    if let Throttling::TooManyRequests { retry_after_s } = throttling {
+        report.param("retry_after_s", retry_after_s);
+    }
     report.param("offered_per_s", rate);
     report.param("lane_override", lane);
     report.param("healthy_endpoints", healthy);
@@ -140,7 +172,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         let o = sum_between(&ok, from, to);
         report.figure(
             &format!("throttled_share_{stage}"),
-            &format!("share of attempts answered 429, {stage} the drop"),
+            &format!("share of attempts answered {refusal}, {stage} the drop"),
             ratio(Some(t), Some(t + o)),
             "",
         );
@@ -149,7 +181,7 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
     let total_ok: f64 = ok.iter().map(|(_, v)| v).sum();
     report.figure(
         "throttled_share",
-        "share of attempts answered 429, whole run",
+        &format!("share of attempts answered {refusal}, whole run"),
         ratio(Some(total_429), Some(total_429 + total_ok)),
         "",
     );
@@ -200,7 +232,10 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         Panel::linear(
             "answers of the throttling endpoint",
             "per second",
-            vec![Line::new("429/s", throttled), Line::new("2xx/s", ok)],
+            vec![
+                Line::new(format!("{refusal}/s"), throttled),
+                Line::new("accepted/s", ok),
+            ],
         ),
         compare::latency_panel(&base, &p, "throttled"),
     ];
@@ -209,8 +244,8 @@ pub(crate) async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         args,
         &mut report,
         &format!(
-            "throttled: capacity {initial_capacity} → {capacity} at {at:.0} s, \
-             429 + Retry-After {retry_after_s} s beyond it"
+            "throttled: {endpoint}, capacity {initial_capacity} → {capacity} at {at:.0} s, \
+             {refusal_in_full} beyond it"
         ),
         &panels,
     )?;

@@ -44,7 +44,8 @@ pub(super) enum Made {
     Queue(lapin::Channel, lapin::Connection, String),
     Stream(async_nats::jetstream::Context, String),
     Key(redis::aio::MultiplexedConnection, String),
-    /// An AWS kind's moto server and its consumer process, stopped when finished.
+    /// A cloud kind's consumer processes (none for Pub/Sub), stopped when finished; the
+    /// emulator itself is the run's to stop.
     Processes(Vec<std::process::Child>),
 }
 

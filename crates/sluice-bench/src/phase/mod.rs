@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::BenchArgs;
+use super::cloud_sink::Service;
 use super::harness::Tuning;
 use super::stage::Stage;
 use super::timeline::Timeline;
@@ -46,7 +47,7 @@ pub(crate) enum Bad {
         /// Offered events/s.
         rate: f64,
     },
-    /// Answers 429 + Retry-After above `capacity` concurrent requests.
+    /// Serves `capacity` concurrent requests and refuses the rest as `throttling` says.
     Capped {
         /// Concurrent requests it serves at first.
         capacity: usize,
@@ -54,8 +55,8 @@ pub(crate) enum Bad {
         drop_to: Option<(Duration, usize)>,
         /// Time to serve one.
         service: Duration,
-        /// Seconds in Retry-After.
-        retry_after_s: u64,
+        /// How it refuses a request beyond its capacity.
+        throttling: Throttling,
         /// Offered events/s.
         rate: f64,
         /// Lane override, so the governor (not the lane) is what binds.
@@ -100,6 +101,19 @@ pub(crate) enum Bad {
         /// Endpoints they are spread over.
         endpoints: usize,
     },
+}
+
+/// How a capped endpoint refuses what it cannot take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Throttling {
+    /// An HTTP receiver's 429 with `Retry-After: retry_after_s`.
+    TooManyRequests {
+        /// Seconds in Retry-After.
+        retry_after_s: u64,
+    },
+    /// A cloud destination whose service (the cloud sink) answers its throttling error, with
+    /// no Retry-After.
+    Service(Service),
 }
 
 /// What to run.

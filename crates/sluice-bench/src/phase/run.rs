@@ -8,9 +8,10 @@ use anyhow::Context;
 use sluice_testkit::receiver::Receiver;
 use tokio::time::Instant;
 
-use super::{BAD, Bad, FifoOrder, HEALTHY, Phase, PhaseSpec};
+use super::{BAD, Bad, FifoOrder, HEALTHY, Phase, PhaseSpec, Throttling};
 use crate::BenchArgs;
 use crate::backlog;
+use crate::cloud_sink::CloudSink;
 use crate::destinations::consumers;
 use crate::load::Api;
 use crate::receiver::{self, Mode};
@@ -46,7 +47,7 @@ pub(super) async fn run_on(
         Bad::Capped {
             capacity,
             service,
-            retry_after_s,
+            throttling: Throttling::TooManyRequests { retry_after_s },
             ..
         } => Some(Mode::Capped {
             capacity,
@@ -56,10 +57,24 @@ pub(super) async fn run_on(
         Bad::Flood { service, .. } => Some(Mode::Slow(service)),
         Bad::Backlog { .. } | Bad::RateLimited { .. } | Bad::Fifo { .. } => Some(Mode::Fast),
         Bad::BlockedBroker { .. } => None,
+        Bad::Capped {
+            throttling: Throttling::Service(_),
+            ..
+        } => None,
     };
     let bad_receiver: Option<Receiver> = match bad_receiver {
         Some(mode) => Some(receiver::start(mode, timeline.clone(), BAD).await?),
         None => None,
+    };
+    // A throttling cloud destination: the service stood in for by the sink.
+    let bad_sink = match spec.bad {
+        Bad::Capped {
+            capacity,
+            service,
+            throttling: Throttling::Service(_),
+            ..
+        } => Some(CloudSink::capped(timeline.clone(), BAD, capacity, service).await?),
+        _ => None,
     };
     let lane = match spec.bad {
         Bad::Capped { lane, .. } => Some(lane),
@@ -126,6 +141,23 @@ pub(super) async fn run_on(
             Some((token, id))
         }
         (Some(r), _) => Some(sluice.customer(spec.bad_name, &r.url(), lane).await?),
+        (
+            None,
+            Bad::Capped {
+                lane,
+                throttling: Throttling::Service(service),
+                ..
+            },
+        ) => {
+            let sink = bad_sink.as_ref().context("the cloud sink")?;
+            let token = sluice.tenant(spec.bad_name).await?;
+            let body = serde_json::json!({
+                "destination": sink.destination(service),
+                "lane_size": lane,
+            });
+            let id = sluice.endpoint_with(&token, body).await?;
+            Some((token, id))
+        }
         (None, Bad::BlockedBroker { .. }) => {
             let consumer = consumers::rabbitmq(timeline.clone(), BAD).await?;
             let token = sluice.tenant(spec.bad_name).await?;
@@ -184,18 +216,20 @@ pub(super) async fn run_on(
             Bad::None => unreachable!("no bad customer has no token"),
         });
     }
-    if let (
-        Bad::Capped {
-            drop_to: Some((after, capacity)),
-            ..
-        },
-        Some(r),
-    ) = (spec.bad, &bad_receiver)
+    if let Bad::Capped {
+        drop_to: Some((after, capacity)),
+        ..
+    } = spec.bad
     {
         watch
             .until((until - spec.duration + after).min(until))
             .await;
-        r.set_capacity(capacity);
+        if let Some(r) = &bad_receiver {
+            r.set_capacity(capacity);
+        }
+        if let Some(s) = &bad_sink {
+            s.set_capacity(capacity);
+        }
     }
     watch.until(until).await;
     let bad_delivered_during_load = timeline.delivered_total(BAD);
@@ -218,6 +252,7 @@ pub(super) async fn run_on(
         .iter()
         .chain(&fifo_receivers)
         .map(|r| r.record.peak_concurrency())
+        .chain(bad_sink.as_ref().map(CloudSink::peak_concurrency))
         .max();
     let fifo_order = match (&fifo, spec.bad) {
         (Some((tenant, ids)), Bad::Fifo { ordered: true, .. }) => {
@@ -228,6 +263,7 @@ pub(super) async fn run_on(
     drop(fifo_receivers);
     drop(receivers);
     drop(bad_receiver);
+    drop(bad_sink);
     if let Some(c) = broker {
         c.finish().await;
     }
