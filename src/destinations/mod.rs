@@ -25,8 +25,6 @@ mod rabbitmq;
 mod redis;
 mod tls;
 
-pub use pubsub::ServiceAccountKey;
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -34,9 +32,10 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use tokio::time::Instant;
 
+use crate::delivery::oauth2::Grant;
 use crate::delivery::{Clients, ErrorKind, Failure, Phases, Report, Response, Target};
 use crate::egress::EgressPolicy;
-use crate::model::{Destination, broker_default_port};
+use crate::model::{Destination, DestinationCredentials, broker_default_port};
 use crate::signing;
 
 /// Settings of broker connections.
@@ -85,6 +84,20 @@ impl Signed<'_> {
     }
 }
 
+/// The grant `destination`'s OAuth2 tokens are fetched by, if it has one: a Pub/Sub
+/// destination's service account (when `credentials` hold its key).
+pub fn grant(
+    destination: &Destination,
+    credentials: Option<&DestinationCredentials>,
+) -> Option<Grant> {
+    match destination {
+        Destination::Pubsub { .. } => credentials
+            .and_then(|c| c.service_account_key.as_deref())
+            .map(pubsub::grant),
+        _ => None,
+    }
+}
+
 /// The broker clients of one dispatcher.
 pub struct Brokers {
     policy: Arc<EgressPolicy>,
@@ -93,7 +106,6 @@ pub struct Brokers {
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
     redis: redis::Publisher,
-    pubsub: pubsub::Publisher,
 }
 
 impl Brokers {
@@ -112,7 +124,6 @@ impl Brokers {
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
             redis: redis::Publisher::new(settings.max_connections),
-            pubsub: pubsub::Publisher::default(),
         }
     }
 
@@ -186,10 +197,7 @@ impl Brokers {
         } = &target.destination
         {
             let to = pubsub::Topic { project_id, topic };
-            return self
-                .pubsub
-                .publish(clients, target, &to, signed, deadline, phases)
-                .await;
+            return pubsub::publish(clients, target, &to, signed, deadline, phases).await;
         }
         let address = self.checked_address(&target.url).await?;
         let trust = tls::Trust::of(&target.url, &self.roots, target.tls.as_ref());
