@@ -6,7 +6,9 @@
 //! `token_uri` (tests/google_token_server.py, which verifies the signed assertion with `joserfc`),
 //! kept for the next attempt; a `token_uri` that never answers is one fetch, failing every
 //! attempt waiting for it as `token_endpoint` while an HTTP endpoint beside it in a small pool
-//! keeps receiving; the key is never shown; bad fields are 422s naming them.
+//! keeps receiving; the key is never shown; bad fields are 422s naming them. (A message over
+//! Pub/Sub's 10 MiB is `too_large` by unit test only: the emulator takes one of any size up to
+//! its 11 MB gRPC bound, and past that never answers.)
 
 use std::io::BufRead;
 use std::path::PathBuf;

@@ -3,10 +3,12 @@
 //! endpoint's TLS setting and the timeouts are exactly an HTTP attempt's. Delivered means the
 //! service accepted the message: a `MessageId` (SQS, SNS), `FailedEntryCount` 0 (EventBridge).
 //!
-//! A refusal is named by the service's error code, never its text: throttling is `throttled`
-//! (read like a 429), refused credentials `broker_auth`, no such queue, topic or bus
-//! `broker_not_found`, a message the service can never take `invalid` (dead at once) or
-//! `too_large`; a 5xx is kept as its HTTP status, so the governor reads it as any receiver's.
+//! A refusal is named by the service's error code: throttling is `throttled` (read like a 429),
+//! refused credentials `broker_auth`, no such queue, topic or bus `broker_not_found`, a message
+//! the service can never take `invalid` (dead at once) or `too_large`; a 5xx is kept as its HTTP
+//! status, so the governor reads it as any receiver's. The text is read only where the code is
+//! too generic to tell a message too large from an invalid one
+//! ([`super::refused_for_size`]).
 
 mod eventbridge;
 mod sigv4;
@@ -144,7 +146,10 @@ impl Refusal {
         credentials: Option<&DestinationCredentials>,
     ) -> Result<Response, Failure> {
         let kind = match self.code.as_deref() {
-            Some(code) => kind_of(code),
+            Some(code) => match kind_of(code) {
+                ErrorKind::Invalid if super::refused_for_size(&self.message) => ErrorKind::TooLarge,
+                kind => kind,
+            },
             None => match response.status {
                 401 | 403 => ErrorKind::BrokerAuth,
                 404 => ErrorKind::BrokerNotFound,
@@ -340,6 +345,37 @@ mod tests {
         assert_eq!(kind_of("NotFound"), ErrorKind::BrokerNotFound);
         assert_eq!(kind_of("InvalidParameterValue"), ErrorKind::Invalid);
         assert_eq!(kind_of("SomethingNew"), ErrorKind::Other);
+    }
+
+    /// SQS's and SNS's size refusals come with codes any bad parameter gets: `too_large`
+    /// only when the text says it is the size.
+    #[test]
+    fn a_generic_code_is_too_large_only_when_its_text_says_so() {
+        let kind = |code: &str, message: &str| {
+            let r = response(400, "");
+            let refusal = Refusal {
+                code: Some(code.into()),
+                message: message.into(),
+            };
+            refusal.into_result("AWS", &r, None).unwrap_err().kind
+        };
+        let sqs = "One or more parameters are invalid. Reason: Message must be shorter than \
+                   262144 bytes.";
+        assert_eq!(kind("InvalidParameterValue", sqs), ErrorKind::TooLarge);
+        let sns = "Invalid parameter: Message too long";
+        assert_eq!(kind("InvalidParameter", sns), ErrorKind::TooLarge);
+        let events = "Total size of the entries in the request is over the limit.";
+        assert_eq!(kind("ValidationException", events), ErrorKind::TooLarge);
+        assert_eq!(
+            kind(
+                "InvalidParameterValue",
+                "Value 1000 for parameter DelaySeconds is invalid."
+            ),
+            ErrorKind::Invalid
+        );
+        // Only a refusal its code already calls invalid is read.
+        assert_eq!(kind("AccessDenied", sns), ErrorKind::BrokerAuth);
+        assert_eq!(kind("SomethingNew", sqs), ErrorKind::Other);
     }
 
     #[test]

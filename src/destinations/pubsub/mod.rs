@@ -12,7 +12,8 @@
 //! deadline and no lane or pool slot past that. Without a key (an emulator), none. A refusal is
 //! named by Pub/Sub's status: `RESOURCE_EXHAUSTED` is `throttled`, `NOT_FOUND`
 //! `broker_not_found`, `PERMISSION_DENIED` and `UNAUTHENTICATED` `broker_auth`,
-//! `INVALID_ARGUMENT` `invalid`; a 5xx is kept as its status.
+//! `INVALID_ARGUMENT` `invalid` (`too_large` when its text says the request is over Pub/Sub's
+//! size limit, [`super::refused_for_size`]); a 5xx is kept as its status.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -128,7 +129,9 @@ fn answer(response: &Response) -> Result<Response, Failure> {
         )));
     }
     let status = v["error"]["status"].as_str();
+    let detail = v["error"]["message"].as_str().unwrap_or_default();
     let kind = match status {
+        Some("INVALID_ARGUMENT") if super::refused_for_size(detail) => ErrorKind::TooLarge,
         Some("RESOURCE_EXHAUSTED") => ErrorKind::Throttled,
         Some("NOT_FOUND") => ErrorKind::BrokerNotFound,
         Some("PERMISSION_DENIED" | "UNAUTHENTICATED") => ErrorKind::BrokerAuth,
@@ -142,7 +145,6 @@ fn answer(response: &Response) -> Result<Response, Failure> {
             _ => ErrorKind::Other,
         },
     };
-    let detail = v["error"]["message"].as_str().unwrap_or_default();
     Err(Failure {
         kind,
         message: format!(
@@ -176,6 +178,11 @@ mod tests {
         assert_eq!(err("RESOURCE_EXHAUSTED", 429), ErrorKind::Throttled);
         assert_eq!(err("PERMISSION_DENIED", 403), ErrorKind::BrokerAuth);
         assert_eq!(err("INVALID_ARGUMENT", 400), ErrorKind::Invalid);
+        let too_large = r#"{"error":{"code":400,"message":"Request payload size exceeds the limit: 10485760 bytes.","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(
+            answer(&response(400, too_large)).unwrap_err().kind,
+            ErrorKind::TooLarge
+        );
         assert_eq!(answer(&response(503, "")).unwrap().status, 503);
         let ok = answer(&response(200, r#"{"messageIds":["42"]}"#)).unwrap();
         assert_eq!(ok.status, 200);
