@@ -130,6 +130,7 @@ pub struct Brokers {
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
     redis: redis::Publisher,
+    aws: aws::Publisher,
 }
 
 impl Brokers {
@@ -148,6 +149,7 @@ impl Brokers {
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
             redis: redis::Publisher::new(settings.max_connections),
+            aws: aws::Publisher::default(),
         }
     }
 
@@ -214,7 +216,10 @@ impl Brokers {
         phases: &mut Phases,
     ) -> Result<Response, Failure> {
         if target.destination.is_aws() {
-            return aws::publish(clients, target, signed, deadline, phases).await;
+            return self
+                .aws
+                .publish(clients, target, signed, deadline, phases)
+                .await;
         }
         if let Destination::Pubsub {
             project_id, topic, ..

@@ -37,95 +37,104 @@ struct Call {
     body: Vec<u8>,
 }
 
-/// Send `signed` to `target`'s AWS destination through `clients`, answered by `deadline`.
-pub(super) async fn publish(
-    clients: &Clients,
-    target: &Target,
-    signed: &Signed<'_>,
-    deadline: Instant,
-    phases: &mut Phases,
-) -> Result<Response, Failure> {
-    let (call, region) = match &target.destination {
-        Destination::Sqs {
-            queue_url, region, ..
-        } => (sqs::call(target, queue_url, signed), region),
-        Destination::Sns {
-            topic_arn, region, ..
-        } => (sns::call(target, topic_arn, signed), region),
-        Destination::Eventbridge {
-            event_bus_name,
+/// The AWS destinations' state: the signing keys of the day.
+#[derive(Default)]
+pub(super) struct Publisher {
+    keys: sigv4::SigningKeys,
+}
+
+impl Publisher {
+    /// Send `signed` to `target`'s AWS destination through `clients`, answered by `deadline`.
+    pub(super) async fn publish(
+        &self,
+        clients: &Clients,
+        target: &Target,
+        signed: &Signed<'_>,
+        deadline: Instant,
+        phases: &mut Phases,
+    ) -> Result<Response, Failure> {
+        let (call, region) = match &target.destination {
+            Destination::Sqs {
+                queue_url, region, ..
+            } => (sqs::call(target, queue_url, signed), region),
+            Destination::Sns {
+                topic_arn, region, ..
+            } => (sns::call(target, topic_arn, signed), region),
+            Destination::Eventbridge {
+                event_bus_name,
+                region,
+                source,
+                ..
+            } => (eventbridge::call(event_bus_name, source, signed)?, region),
+            _ => {
+                return Err(Failure {
+                    kind: ErrorKind::Other,
+                    message: "not an AWS destination".into(),
+                });
+            }
+        };
+        let credentials = target.destination_credentials.as_ref();
+        let (Some(key_id), Some(secret)) = (
+            credentials.and_then(|c| c.access_key_id.as_deref()),
+            credentials.and_then(|c| c.secret_access_key.as_deref()),
+        ) else {
+            return Err(Failure {
+                kind: ErrorKind::BrokerAuth,
+                message: format!("{}: no AWS credentials are stored", call.name),
+            });
+        };
+        let signer = sigv4::Signer {
+            access_key_id: key_id,
+            secret_access_key: secret,
+            session_token: credentials.and_then(|c| c.session_token.as_deref()),
             region,
-            source,
-            ..
-        } => (eventbridge::call(event_bus_name, source, signed)?, region),
-        _ => {
-            return Err(Failure {
-                kind: ErrorKind::Other,
-                message: "not an AWS destination".into(),
-            });
+            service: call.service,
+        };
+        let url = &target.url;
+        let host = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_owned(),
+            (None, _) => {
+                return Err(Failure {
+                    kind: ErrorKind::Refused,
+                    message: "the service endpoint has no host".into(),
+                });
+            }
+        };
+        let mut to_sign = vec![("content-type", call.content_type)];
+        if let Some(t) = call.amz_target {
+            to_sign.push(("x-amz-target", t));
         }
-    };
-    let credentials = target.destination_credentials.as_ref();
-    let (Some(key_id), Some(secret)) = (
-        credentials.and_then(|c| c.access_key_id.as_deref()),
-        credentials.and_then(|c| c.secret_access_key.as_deref()),
-    ) else {
-        return Err(Failure {
-            kind: ErrorKind::BrokerAuth,
-            message: format!("{}: no AWS credentials are stored", call.name),
-        });
-    };
-    let signer = sigv4::Signer {
-        access_key_id: key_id,
-        secret_access_key: secret,
-        session_token: credentials.and_then(|c| c.session_token.as_deref()),
-        region,
-        service: call.service,
-    };
-    let url = &target.url;
-    let host = match (url.host_str(), url.port()) {
-        (Some(h), Some(p)) => format!("{h}:{p}"),
-        (Some(h), None) => h.to_owned(),
-        (None, _) => {
-            return Err(Failure {
-                kind: ErrorKind::Refused,
-                message: "the service endpoint has no host".into(),
-            });
+        let amz_date = sigv4::amz_date(crate::clock::now_ms());
+        let mut headers = HeaderMap::new();
+        let auth = signer.sign(&self.keys, &host, &to_sign, &call.body, &amz_date);
+        for (name, value) in to_sign
+            .iter()
+            .map(|(n, v)| (*n, (*v).to_owned()))
+            .chain(auth)
+        {
+            let value = HeaderValue::from_str(&value).map_err(|_| Failure {
+                kind: ErrorKind::BrokerAuth,
+                message: format!("{}: a credential is not valid in an HTTP header", call.name),
+            })?;
+            headers.insert(HeaderName::from_static(name), value);
         }
-    };
-    let mut to_sign = vec![("content-type", call.content_type)];
-    if let Some(t) = call.amz_target {
-        to_sign.push(("x-amz-target", t));
-    }
-    let amz_date = sigv4::amz_date(crate::clock::now_ms());
-    let mut headers = HeaderMap::new();
-    let auth = signer.sign(&host, &to_sign, &call.body, &amz_date);
-    for (name, value) in to_sign
-        .iter()
-        .map(|(n, v)| (*n, (*v).to_owned()))
-        .chain(auth)
-    {
-        let value = HeaderValue::from_str(&value).map_err(|_| Failure {
-            kind: ErrorKind::BrokerAuth,
-            message: format!("{}: a credential is not valid in an HTTP header", call.name),
-        })?;
-        headers.insert(HeaderName::from_static(name), value);
-    }
-    headers.insert(
-        reqwest::header::USER_AGENT,
-        HeaderValue::from_static("sluice/0.1"),
-    );
-    let response = clients
-        .post(target, url, headers, call.body, deadline, phases)
-        .await?;
-    let answer = match call.service {
-        "sqs" => sqs::answer(&response),
-        "sns" => sns::answer(&response),
-        _ => eventbridge::answer(&response),
-    };
-    match answer {
-        Ok(accepted) => Ok(accepted),
-        Err(refusal) => refusal.into_result(call.name, &response, credentials),
+        headers.insert(
+            reqwest::header::USER_AGENT,
+            HeaderValue::from_static("sluice/0.1"),
+        );
+        let response = clients
+            .post(target, url, headers, call.body, deadline, phases)
+            .await?;
+        let answer = match call.service {
+            "sqs" => sqs::answer(&response),
+            "sns" => sns::answer(&response),
+            _ => eventbridge::answer(&response),
+        };
+        match answer {
+            Ok(accepted) => Ok(accepted),
+            Err(refusal) => refusal.into_result(call.name, &response, credentials),
+        }
     }
 }
 
