@@ -85,7 +85,7 @@ impl Signed<'_> {
 }
 
 /// What the cloud services say, behind a generic code, when they refuse a message for its size
-/// (the real services' wording; moto's and the emulator's are the same where they check).
+/// (the real services' wording, which moto's SQS and SNS share).
 const SIZE_REFUSALS: [&str; 4] = [
     // SQS `InvalidParameterValue`: "One or more parameters are invalid. Reason: Message must
     // be shorter than 262144 bytes."
