@@ -16,12 +16,13 @@
 //!   governor, the latency and error breakers, and fleet-wide lanes in Redis.
 //! - [`delivery`]: the signed HTTP attempt with its timeouts, the endpoint's own headers and
 //!   response classification, behind the [`egress`] guard, signed by [`signing`] (Standard
-//!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519).
+//!   Webhooks `v1` HMAC-SHA256 or `v1a` Ed25519); the OAuth2 tokens of HTTP endpoints and of
+//!   Pub/Sub's service accounts.
 //! - [`destinations`]: the broker attempt (RabbitMQ with publisher confirms, NATS
 //!   JetStream, Redis Streams), signed like the HTTP one and judged by the same egress guard, over a bounded
 //!   cache of broker connections; and the cloud ones (SQS, SNS, EventBridge signed with SigV4;
-//!   Google Cloud Pub/Sub with a service account's token), an API call over delivery's HTTP
-//!   clients.
+//!   Google Cloud Pub/Sub with a service account's token from delivery's OAuth2 tokens), an API
+//!   call over delivery's HTTP clients.
 //! - [`fairness`]: fair shares across tenants (start-time fair queuing over tenants with due
 //!   work, weights and ceilings), applied by every claim.
 //! - [`retry`]: the backoff schedule, Retry-After, shed delays.

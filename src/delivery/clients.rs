@@ -10,7 +10,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USE
 use rustls::RootCertStore;
 use tokio::time::Instant;
 
-use super::oauth2::{Bearer, Fetcher, Tokens};
+use super::oauth2::{Bearer, Fetcher, Grant, Tokens};
 use super::timing::{ConnectClock, TimedConnectLayer};
 use super::{
     ErrorKind, Failure, Phases, Report, Response, Target, TlsProfile, TraceHeaders, classify, tls,
@@ -303,46 +303,74 @@ impl Clients {
         body
     }
 
-    /// A token for `target`, if it uses OAuth2; the time spent fetching one is a phase.
+    /// A token for `target`'s HTTP attempt, if it uses OAuth2. The egress guard refusing the
+    /// token URL is a `token_endpoint` failure here, like any other reason for no token.
     async fn bearer(
         &self,
         target: &Target,
         deadline: Instant,
         phases: &mut Phases,
     ) -> Result<Option<Bearer>, Failure> {
-        let Some(creds) = &target.oauth2 else {
+        let Some(grant) = &target.grant else {
             return Ok(None);
         };
+        match self.token(target, grant, deadline, phases).await {
+            Ok(bearer) => Ok(Some(bearer)),
+            Err(f) if f.kind == ErrorKind::Refused => Err(Failure {
+                kind: ErrorKind::TokenEndpoint,
+                ..f
+            }),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// A token of `grant` for an attempt to `target` by `deadline` ([`Tokens::bearer`]): the
+    /// cached one or a fresh one, fetched through the egress guard, the proxy, `target`'s TLS
+    /// setting and the token timeouts. The time spent fetching one is a phase. A token URL the
+    /// guard refuses is `destination_refused`; no token otherwise is `token_endpoint` (or
+    /// `token_too_large`).
+    pub async fn token(
+        &self,
+        target: &Target,
+        grant: &Grant,
+        deadline: Instant,
+        phases: &mut Phases,
+    ) -> Result<Bearer, Failure> {
         let clock = Instant::now();
-        let token_url = reqwest::Url::parse(&creds.token_url).map_err(|e| Failure {
-            kind: ErrorKind::TokenEndpoint,
-            message: format!("token endpoint {}: {e}", creds.token_url),
-        })?;
-        let as_token_failure = |f: Failure| Failure {
-            kind: ErrorKind::TokenEndpoint,
-            message: format!("token endpoint {}: {}", creds.token_url, f.message),
+        let failure = |kind: ErrorKind, why: &dyn std::fmt::Display| Failure {
+            kind,
+            message: format!("token endpoint {}: {why}", grant.token_url()),
         };
-        self.policy.check_url(token_url.as_str()).map_err(|e| {
-            as_token_failure(Failure {
-                kind: ErrorKind::Refused,
-                message: e.to_string(),
-            })
+        let token_url = reqwest::Url::parse(grant.token_url())
+            .map_err(|e| failure(ErrorKind::TokenEndpoint, &e))?;
+        self.policy
+            .check_url(token_url.as_str())
+            .map_err(|e| failure(ErrorKind::Refused, &e))?;
+        self.check_proxied(&token_url).await.map_err(|f| {
+            let kind = match f.kind {
+                ErrorKind::Refused => ErrorKind::Refused,
+                _ => ErrorKind::TokenEndpoint,
+            };
+            failure(kind, &f.message)
         })?;
-        self.check_proxied(&token_url)
-            .await
-            .map_err(as_token_failure)?;
         let t = self.token_timeouts;
         let client = self.client(t.connect, t.total, target.tls.as_ref())?;
         let fetcher = Fetcher {
             client: &client,
             total: t.total,
         };
-        let bearer = self.tokens.bearer(fetcher, creds, deadline).await;
+        let bearer = self.tokens.bearer(fetcher, grant, deadline).await;
         if bearer.as_ref().map_or(true, |b| b.fetched) {
             phases.token = clock.elapsed();
             phases.fetched_token = true;
         }
-        bearer.map(Some)
+        bearer
+    }
+
+    /// Forget `grant`'s `token`: the receiver refused it (answered 401), so it may have been
+    /// revoked or rotated early. A newer token is kept.
+    pub fn forget_token(&self, grant: &Grant, token: &str) {
+        self.tokens.invalidate(grant, token);
     }
 
     // What one attempt sends and how long it may take, each its own plain argument.
@@ -398,11 +426,11 @@ impl Clients {
         }
         // A 401 to a cached token: it may have been revoked or rotated early. Once, with a
         // fresh one.
-        if let (Ok(r), Some(b), Some(creds)) = (&response, &bearer, &target.oauth2)
+        if let (Ok(r), Some(b), Some(grant)) = (&response, &bearer, &target.grant)
             && r.status().as_u16() == 401
             && !b.fetched
         {
-            self.tokens.invalidate(creds, &b.token);
+            self.tokens.invalidate(grant, &b.token);
             bearer = self.bearer(target, deadline, phases).await?;
             response = self
                 .exchange(&client, &request, bearer.as_ref(), phases)

@@ -20,7 +20,7 @@ use std::time::Duration;
 use reqwest::header::HeaderValue;
 
 use crate::egress::EgressError;
-use crate::model::{Credentials, Destination, DestinationCredentials};
+use crate::model::{Destination, DestinationCredentials};
 use crate::signing::SigningKey;
 
 pub use clients::Clients;
@@ -53,8 +53,9 @@ pub struct Target {
     /// The same setting with the client certificate before the last rotation, during its
     /// overlap: presented when the receiver refuses the current one.
     pub previous_tls: Option<TlsProfile>,
-    /// OAuth2 client credentials: a bearer token is fetched and sent with every attempt.
-    pub oauth2: Option<Credentials>,
+    /// What its OAuth2 tokens are fetched with (the endpoint's client credentials, a Pub/Sub
+    /// destination's service account): a bearer token is sent with every attempt.
+    pub grant: Option<oauth2::Grant>,
     /// What it delivers to: HTTP at `url`, or a broker (published by
     /// [`crate::destinations`]).
     pub destination: Destination,
@@ -116,7 +117,8 @@ pub enum ErrorKind {
     TlsHandshake,
     /// The TLS handshake did not finish within the connect timeout.
     TlsTimeout,
-    /// The endpoint's OAuth2 token endpoint gave no token (in time).
+    /// The token endpoint (an HTTP endpoint's OAuth2 one, a service account's `token_uri`) gave
+    /// no token (in time).
     TokenEndpoint,
     /// The token endpoint's answer, or the token in it, is longer than sluice accepts.
     TokenTooLarge,

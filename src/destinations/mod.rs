@@ -25,8 +25,6 @@ mod rabbitmq;
 mod redis;
 mod tls;
 
-pub use pubsub::ServiceAccountKey;
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -34,9 +32,10 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use tokio::time::Instant;
 
+use crate::delivery::oauth2::Grant;
 use crate::delivery::{Clients, ErrorKind, Failure, Phases, Report, Response, Target};
 use crate::egress::EgressPolicy;
-use crate::model::{Destination, broker_default_port};
+use crate::model::{Destination, DestinationCredentials, broker_default_port};
 use crate::signing;
 
 /// Settings of broker connections.
@@ -85,6 +84,44 @@ impl Signed<'_> {
     }
 }
 
+/// What the cloud services say, behind a generic code, when they refuse a message for its size
+/// (the real services' wording, which moto's SQS and SNS share).
+const SIZE_REFUSALS: [&str; 4] = [
+    // SQS `InvalidParameterValue`: "One or more parameters are invalid. Reason: Message must
+    // be shorter than 262144 bytes."
+    "Message must be shorter than",
+    // SNS `InvalidParameter`: "Invalid parameter: Message too long".
+    "Message too long",
+    // EventBridge `ValidationException`: "Total size of the entries in the request is over the
+    // limit."
+    "Total size of the entries in the request is over the limit",
+    // Pub/Sub `INVALID_ARGUMENT`: "Request payload size exceeds the limit: 10485760 bytes."
+    "Request payload size exceeds the limit",
+];
+
+/// Whether a cloud service's refusal of a message as invalid is about its size, so the
+/// attempt is `too_large` (as an HTTP 413 is) rather than `invalid`. SQS, SNS, EventBridge and
+/// Pub/Sub say so only in their text, behind a code they use for any bad parameter: this is
+/// the one place sluice reads a service's error text, and only for these phrases, and only
+/// when the code already made the refusal `invalid`.
+fn refused_for_size(text: &str) -> bool {
+    SIZE_REFUSALS.iter().any(|phrase| text.contains(phrase))
+}
+
+/// The grant `destination`'s OAuth2 tokens are fetched by, if it has one: a Pub/Sub
+/// destination's service account (when `credentials` hold its key).
+pub fn grant(
+    destination: &Destination,
+    credentials: Option<&DestinationCredentials>,
+) -> Option<Grant> {
+    match destination {
+        Destination::Pubsub { .. } => credentials
+            .and_then(|c| c.service_account_key.as_deref())
+            .map(pubsub::grant),
+        _ => None,
+    }
+}
+
 /// The broker clients of one dispatcher.
 pub struct Brokers {
     policy: Arc<EgressPolicy>,
@@ -93,7 +130,7 @@ pub struct Brokers {
     rabbitmq: rabbitmq::Publisher,
     nats: nats::Publisher,
     redis: redis::Publisher,
-    pubsub: pubsub::Publisher,
+    aws: aws::Publisher,
 }
 
 impl Brokers {
@@ -112,7 +149,7 @@ impl Brokers {
             rabbitmq: rabbitmq::Publisher::new(settings.max_connections),
             nats: nats::Publisher::new(settings.max_connections),
             redis: redis::Publisher::new(settings.max_connections),
-            pubsub: pubsub::Publisher::default(),
+            aws: aws::Publisher::default(),
         }
     }
 
@@ -179,17 +216,17 @@ impl Brokers {
         phases: &mut Phases,
     ) -> Result<Response, Failure> {
         if target.destination.is_aws() {
-            return aws::publish(clients, target, signed, deadline, phases).await;
+            return self
+                .aws
+                .publish(clients, target, signed, deadline, phases)
+                .await;
         }
         if let Destination::Pubsub {
             project_id, topic, ..
         } = &target.destination
         {
             let to = pubsub::Topic { project_id, topic };
-            return self
-                .pubsub
-                .publish(clients, target, &to, signed, deadline, phases)
-                .await;
+            return pubsub::publish(clients, target, &to, signed, deadline, phases).await;
         }
         let address = self.checked_address(&target.url).await?;
         let trust = tls::Trust::of(&target.url, &self.roots, target.tls.as_ref());
@@ -308,5 +345,39 @@ fn acknowledged(by: &str) -> Response {
         status: 200,
         retry_after: None,
         body: format!("acknowledged by {by}").into_bytes(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The services' own wording of a size refusal, and of refusals with the same codes that
+    /// are not about size.
+    #[test]
+    fn only_a_size_refusals_text_makes_it_too_large() {
+        for text in [
+            "One or more parameters are invalid. Reason: Message must be shorter than 262144 bytes.",
+            "One or more parameters are invalid. Reason: Message must be shorter than 1048576 bytes.",
+            "Invalid parameter: Message too long",
+            "An error occurred (InvalidParameter) when calling the Publish operation: Invalid \
+             parameter: Message too long",
+            "Total size of the entries in the request is over the limit.",
+            "Request payload size exceeds the limit: 10485760 bytes.",
+        ] {
+            assert!(refused_for_size(text), "{text}");
+        }
+        for text in [
+            "Value 1000 for parameter DelaySeconds is invalid. Reason: must be between 0 and 900.",
+            "The queue should either have ContentBasedDeduplication enabled or \
+             MessageDeduplicationId provided explicitly",
+            "Invalid parameter: TopicArn",
+            "1 validation error detected: Value null at 'entries.1.member.detail' failed to \
+             satisfy constraint",
+            "Invalid resource name given (name=projects/p/topics/-).",
+            "",
+        ] {
+            assert!(!refused_for_size(text), "{text}");
+        }
     }
 }

@@ -13,6 +13,7 @@ use crate::admission::EndpointRuntime;
 use crate::admission::breaker::BreakerSettings;
 use crate::admission::endpoint::Configuration;
 use crate::admission::seats::Seats;
+use crate::delivery::oauth2::Grant;
 use crate::delivery::{AttemptTimeouts, Target, TlsProfile};
 use crate::model::{Endpoint, EndpointTls};
 use crate::signing::SigningKey;
@@ -355,7 +356,10 @@ fn parse_target(e: &Endpoint, settings: &DispatchSettings) -> Result<Arc<Target>
         timeouts,
         tls,
         previous_tls,
-        oauth2: e.oauth2.clone(),
+        grant: match &e.oauth2 {
+            Some(creds) => Some(Grant::client_credentials(creds.clone())),
+            None => crate::destinations::grant(&e.destination, e.destination_credentials.as_ref()),
+        },
         destination: e.destination.clone(),
         destination_credentials: e.destination_credentials.clone(),
         trace_context: e.trace_context,

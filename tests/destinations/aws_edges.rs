@@ -2,7 +2,8 @@
 //! private `endpoint_url` refused without `--allow-network`); a service that throttles (a stub
 //! answering `ThrottlingException`: moto cannot be made to) is a `throttled` attempt counted
 //! with the 429s; with `--egress-proxy` the call goes through the proxy (tinyproxy) and its
-//! signature still verifies at moto.
+//! signature still verifies at moto. A message over SQS's or SNS's size limit is `too_large`
+//! (retried on the schedule, as an HTTP 413 is), though moto names it by a generic code.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -276,5 +277,57 @@ async fn an_sqs_call_goes_through_the_egress_proxy() {
     let log = proxy.log();
     let forwarded = format!("POST {endpoint_url}/");
     assert!(log.contains(&forwarded), "no {forwarded:?} in:\n{log}");
+    s.stop().await;
+}
+
+/// A message over the service's size limit, which sluice accepts (2 MiB here): SQS (moto's
+/// 1 MiB, `InvalidParameterValue` "Message must be shorter than 1048576 bytes") and SNS
+/// (256 KiB, `InvalidParameter` "Message too long") refuse it with a generic code, and the
+/// attempt is `too_large`, not `invalid`: retried on the schedule like an HTTP 413, not dead.
+/// (moto's EventBridge takes an event of any size.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_the_services_size_limit_is_too_large() {
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let s = Sluice::start(sluice::config::RawSettings {
+        max_payload_bytes: Some(2 * 1024 * 1024),
+        ..test_settings()
+    })
+    .await;
+    let cases = [
+        (
+            "sqs",
+            json!({ "queue_url": moto.made("standard") }),
+            1_100_000,
+        ),
+        ("sns", json!({ "topic_arn": moto.made("topic") }), 300_000),
+    ];
+    for (kind, fields, size) in cases {
+        let (_, token) = s.tenant(&format!("big-{kind}")).await;
+        let mut destination = json!({
+            "type": kind, "region": "us-east-1", "endpoint_url": moto.base,
+            "credentials": moto.credentials(),
+        });
+        for (k, v) in fields.as_object().unwrap() {
+            destination[k] = v.clone();
+        }
+        let (status, created) = s
+            .post(
+                &token,
+                "/v1/endpoints",
+                json!({ "destination": destination }),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+        let id = created["id"].as_str().unwrap().to_owned();
+        let message = s
+            .send(&token, "order.created", json!({ "blob": "x".repeat(size) }))
+            .await;
+        let attempt = first_attempt(&s, &token, &id).await;
+        assert_eq!(attempt["error_kind"], "too_large", "{kind}: {attempt}");
+        let delivery = &s.message(&token, &message).await["deliveries"][0];
+        assert_ne!(delivery["state"], "dead", "{kind}: {delivery}");
+    }
     s.stop().await;
 }

@@ -4,7 +4,11 @@
 //! attributes; a FIFO endpoint's messages carry its id as their ordering key and arrive in
 //! order; no such topic is `broker_not_found`; a service account's key gets a token from its
 //! `token_uri` (tests/google_token_server.py, which verifies the signed assertion with `joserfc`),
-//! kept for the next attempt; the key is never shown; bad fields are 422s naming them.
+//! kept for the next attempt; a `token_uri` that never answers is one fetch, failing every
+//! attempt waiting for it as `token_endpoint` while an HTTP endpoint beside it in a small pool
+//! keeps receiving; the key is never shown; bad fields are 422s naming them. (A message over
+//! Pub/Sub's 10 MiB is `too_large` by unit test only: the emulator takes one of any size up to
+//! its 11 MB gRPC bound, and past that never answers.)
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -271,6 +275,87 @@ async fn a_service_account_key_gets_one_token_from_its_token_uri_and_is_never_sh
     let stats = stats().await;
     assert_eq!(stats["issued"], 1, "one token serves both: {stats}");
     assert_eq!(stats["refused"], 0, "{stats}");
+    s.stop().await;
+}
+
+/// The attempts logged for endpoint `id`, newest first.
+async fn attempts(s: &Sluice, token: &str, id: &str) -> Vec<Value> {
+    let path = format!("/v1/endpoints/{id}/attempts?limit=100");
+    s.get(token, &path).await.1["data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A service account whose `token_uri` accepts and never answers, in a sluice with a pool of 2
+/// beside a healthy HTTP endpoint: the one fetch under way runs on its own (bounded by the
+/// token timeout, 30 s here), each Pub/Sub attempt waits for it only until its own deadline
+/// (1 s) and fails as `token_endpoint`, there is one request to the `token_uri` for all of them,
+/// and the HTTP endpoint's messages are all delivered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_uri_that_never_answers_is_one_fetch_and_holds_no_pool_slot() {
+    use support::receiver::{self, Behavior};
+    let Some(tokens) = token_server() else {
+        return;
+    };
+    let hanging = receiver::start(Behavior::Blackhole, false).await.unwrap();
+    let healthy = receiver::start(Behavior::Fast, false).await.unwrap();
+    let mut key: Value = serde_json::from_str(&tokens.key).unwrap();
+    key["token_uri"] = Value::from(hanging.url());
+    let mut settings = test_settings();
+    settings.concurrency = Some("2".into());
+    settings.total_timeout = Some("1s".into());
+    settings.egress.token_timeout = Some("30s".into());
+    let s = Sluice::start(settings).await;
+    let (_, cloud) = s.tenant("cloud").await;
+    let (status, created) = s
+        .post(
+            &cloud,
+            "/v1/endpoints",
+            json!({ "destination": {
+                // Never reached: there is no token to publish with.
+                "type": "pubsub", "project_id": PROJECT, "topic": "orders",
+                "endpoint_url": "http://127.0.0.1:9",
+                "credentials": { "service_account_key": key.to_string() },
+            } }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let pubsub = created["id"].as_str().unwrap().to_owned();
+    let (_, shop) = s.tenant("shop").await;
+    let (hook, _) = s.endpoint(&shop, &healthy.url(), json!({})).await;
+    for n in 0..10 {
+        if n < 6 {
+            s.send(&cloud, "order.created", json!({ "n": n })).await;
+        }
+        s.send(&shop, "order.created", json!({ "n": n })).await;
+    }
+    let wait = Duration::from_secs(30);
+    assert!(
+        eventually(wait, || async {
+            attempts(&s, &cloud, &pubsub).await.len() >= 6
+        })
+        .await,
+        "{:?}",
+        attempts(&s, &cloud, &pubsub).await
+    );
+    assert!(
+        eventually(wait, || async {
+            let log = attempts(&s, &shop, &hook).await;
+            log.iter().filter(|a| a["status"] == 200).count() >= 10
+        })
+        .await,
+        "{:?}",
+        attempts(&s, &shop, &hook).await
+    );
+    for a in attempts(&s, &cloud, &pubsub).await {
+        assert_eq!(a["error_kind"], "token_endpoint", "{a}");
+    }
+    assert_eq!(
+        hanging.record.requests(),
+        1,
+        "one fetch for every attempt waiting"
+    );
     s.stop().await;
 }
 

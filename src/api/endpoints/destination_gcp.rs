@@ -4,7 +4,7 @@
 
 use super::checks::check_destination_of;
 use crate::api::AppState;
-use crate::destinations::ServiceAccountKey;
+use crate::delivery::oauth2::ServiceAccountKey;
 use crate::model::{Destination, PUBSUB_ENDPOINT};
 use crate::web::problem::Problem;
 

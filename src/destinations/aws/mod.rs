@@ -3,10 +3,12 @@
 //! endpoint's TLS setting and the timeouts are exactly an HTTP attempt's. Delivered means the
 //! service accepted the message: a `MessageId` (SQS, SNS), `FailedEntryCount` 0 (EventBridge).
 //!
-//! A refusal is named by the service's error code, never its text: throttling is `throttled`
-//! (read like a 429), refused credentials `broker_auth`, no such queue, topic or bus
-//! `broker_not_found`, a message the service can never take `invalid` (dead at once) or
-//! `too_large`; a 5xx is kept as its HTTP status, so the governor reads it as any receiver's.
+//! A refusal is named by the service's error code: throttling is `throttled` (read like a 429),
+//! refused credentials `broker_auth`, no such queue, topic or bus `broker_not_found`, a message
+//! the service can never take `invalid` (dead at once) or `too_large`; a 5xx is kept as its HTTP
+//! status, so the governor reads it as any receiver's. The text is read only where the code is
+//! too generic to tell a message too large from an invalid one
+//! ([`super::refused_for_size`]).
 
 mod eventbridge;
 mod sigv4;
@@ -35,95 +37,104 @@ struct Call {
     body: Vec<u8>,
 }
 
-/// Send `signed` to `target`'s AWS destination through `clients`, answered by `deadline`.
-pub(super) async fn publish(
-    clients: &Clients,
-    target: &Target,
-    signed: &Signed<'_>,
-    deadline: Instant,
-    phases: &mut Phases,
-) -> Result<Response, Failure> {
-    let (call, region) = match &target.destination {
-        Destination::Sqs {
-            queue_url, region, ..
-        } => (sqs::call(target, queue_url, signed), region),
-        Destination::Sns {
-            topic_arn, region, ..
-        } => (sns::call(target, topic_arn, signed), region),
-        Destination::Eventbridge {
-            event_bus_name,
+/// The AWS destinations' state: the signing keys of the day.
+#[derive(Default)]
+pub(super) struct Publisher {
+    keys: sigv4::SigningKeys,
+}
+
+impl Publisher {
+    /// Send `signed` to `target`'s AWS destination through `clients`, answered by `deadline`.
+    pub(super) async fn publish(
+        &self,
+        clients: &Clients,
+        target: &Target,
+        signed: &Signed<'_>,
+        deadline: Instant,
+        phases: &mut Phases,
+    ) -> Result<Response, Failure> {
+        let (call, region) = match &target.destination {
+            Destination::Sqs {
+                queue_url, region, ..
+            } => (sqs::call(target, queue_url, signed), region),
+            Destination::Sns {
+                topic_arn, region, ..
+            } => (sns::call(target, topic_arn, signed), region),
+            Destination::Eventbridge {
+                event_bus_name,
+                region,
+                source,
+                ..
+            } => (eventbridge::call(event_bus_name, source, signed)?, region),
+            _ => {
+                return Err(Failure {
+                    kind: ErrorKind::Other,
+                    message: "not an AWS destination".into(),
+                });
+            }
+        };
+        let credentials = target.destination_credentials.as_ref();
+        let (Some(key_id), Some(secret)) = (
+            credentials.and_then(|c| c.access_key_id.as_deref()),
+            credentials.and_then(|c| c.secret_access_key.as_deref()),
+        ) else {
+            return Err(Failure {
+                kind: ErrorKind::BrokerAuth,
+                message: format!("{}: no AWS credentials are stored", call.name),
+            });
+        };
+        let signer = sigv4::Signer {
+            access_key_id: key_id,
+            secret_access_key: secret,
+            session_token: credentials.and_then(|c| c.session_token.as_deref()),
             region,
-            source,
-            ..
-        } => (eventbridge::call(event_bus_name, source, signed)?, region),
-        _ => {
-            return Err(Failure {
-                kind: ErrorKind::Other,
-                message: "not an AWS destination".into(),
-            });
+            service: call.service,
+        };
+        let url = &target.url;
+        let host = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_owned(),
+            (None, _) => {
+                return Err(Failure {
+                    kind: ErrorKind::Refused,
+                    message: "the service endpoint has no host".into(),
+                });
+            }
+        };
+        let mut to_sign = vec![("content-type", call.content_type)];
+        if let Some(t) = call.amz_target {
+            to_sign.push(("x-amz-target", t));
         }
-    };
-    let credentials = target.destination_credentials.as_ref();
-    let (Some(key_id), Some(secret)) = (
-        credentials.and_then(|c| c.access_key_id.as_deref()),
-        credentials.and_then(|c| c.secret_access_key.as_deref()),
-    ) else {
-        return Err(Failure {
-            kind: ErrorKind::BrokerAuth,
-            message: format!("{}: no AWS credentials are stored", call.name),
-        });
-    };
-    let signer = sigv4::Signer {
-        access_key_id: key_id,
-        secret_access_key: secret,
-        session_token: credentials.and_then(|c| c.session_token.as_deref()),
-        region,
-        service: call.service,
-    };
-    let url = &target.url;
-    let host = match (url.host_str(), url.port()) {
-        (Some(h), Some(p)) => format!("{h}:{p}"),
-        (Some(h), None) => h.to_owned(),
-        (None, _) => {
-            return Err(Failure {
-                kind: ErrorKind::Refused,
-                message: "the service endpoint has no host".into(),
-            });
+        let amz_date = sigv4::amz_date(crate::clock::now_ms());
+        let mut headers = HeaderMap::new();
+        let auth = signer.sign(&self.keys, &host, &to_sign, &call.body, &amz_date);
+        for (name, value) in to_sign
+            .iter()
+            .map(|(n, v)| (*n, (*v).to_owned()))
+            .chain(auth)
+        {
+            let value = HeaderValue::from_str(&value).map_err(|_| Failure {
+                kind: ErrorKind::BrokerAuth,
+                message: format!("{}: a credential is not valid in an HTTP header", call.name),
+            })?;
+            headers.insert(HeaderName::from_static(name), value);
         }
-    };
-    let mut to_sign = vec![("content-type", call.content_type)];
-    if let Some(t) = call.amz_target {
-        to_sign.push(("x-amz-target", t));
-    }
-    let amz_date = sigv4::amz_date(crate::clock::now_ms());
-    let mut headers = HeaderMap::new();
-    let auth = signer.sign(&host, &to_sign, &call.body, &amz_date);
-    for (name, value) in to_sign
-        .iter()
-        .map(|(n, v)| (*n, (*v).to_owned()))
-        .chain(auth)
-    {
-        let value = HeaderValue::from_str(&value).map_err(|_| Failure {
-            kind: ErrorKind::BrokerAuth,
-            message: format!("{}: a credential is not valid in an HTTP header", call.name),
-        })?;
-        headers.insert(HeaderName::from_static(name), value);
-    }
-    headers.insert(
-        reqwest::header::USER_AGENT,
-        HeaderValue::from_static("sluice/0.1"),
-    );
-    let response = clients
-        .post(target, url, headers, call.body, deadline, phases)
-        .await?;
-    let answer = match call.service {
-        "sqs" => sqs::answer(&response),
-        "sns" => sns::answer(&response),
-        _ => eventbridge::answer(&response),
-    };
-    match answer {
-        Ok(accepted) => Ok(accepted),
-        Err(refusal) => refusal.into_result(call.name, &response, credentials),
+        headers.insert(
+            reqwest::header::USER_AGENT,
+            HeaderValue::from_static("sluice/0.1"),
+        );
+        let response = clients
+            .post(target, url, headers, call.body, deadline, phases)
+            .await?;
+        let answer = match call.service {
+            "sqs" => sqs::answer(&response),
+            "sns" => sns::answer(&response),
+            _ => eventbridge::answer(&response),
+        };
+        match answer {
+            Ok(accepted) => Ok(accepted),
+            Err(refusal) => refusal.into_result(call.name, &response, credentials),
+        }
     }
 }
 
@@ -144,7 +155,10 @@ impl Refusal {
         credentials: Option<&DestinationCredentials>,
     ) -> Result<Response, Failure> {
         let kind = match self.code.as_deref() {
-            Some(code) => kind_of(code),
+            Some(code) => match kind_of(code) {
+                ErrorKind::Invalid if super::refused_for_size(&self.message) => ErrorKind::TooLarge,
+                kind => kind,
+            },
             None => match response.status {
                 401 | 403 => ErrorKind::BrokerAuth,
                 404 => ErrorKind::BrokerNotFound,
@@ -340,6 +354,37 @@ mod tests {
         assert_eq!(kind_of("NotFound"), ErrorKind::BrokerNotFound);
         assert_eq!(kind_of("InvalidParameterValue"), ErrorKind::Invalid);
         assert_eq!(kind_of("SomethingNew"), ErrorKind::Other);
+    }
+
+    /// SQS's and SNS's size refusals come with codes any bad parameter gets: `too_large`
+    /// only when the text says it is the size.
+    #[test]
+    fn a_generic_code_is_too_large_only_when_its_text_says_so() {
+        let kind = |code: &str, message: &str| {
+            let r = response(400, "");
+            let refusal = Refusal {
+                code: Some(code.into()),
+                message: message.into(),
+            };
+            refusal.into_result("AWS", &r, None).unwrap_err().kind
+        };
+        let sqs = "One or more parameters are invalid. Reason: Message must be shorter than \
+                   262144 bytes.";
+        assert_eq!(kind("InvalidParameterValue", sqs), ErrorKind::TooLarge);
+        let sns = "Invalid parameter: Message too long";
+        assert_eq!(kind("InvalidParameter", sns), ErrorKind::TooLarge);
+        let events = "Total size of the entries in the request is over the limit.";
+        assert_eq!(kind("ValidationException", events), ErrorKind::TooLarge);
+        assert_eq!(
+            kind(
+                "InvalidParameterValue",
+                "Value 1000 for parameter DelaySeconds is invalid."
+            ),
+            ErrorKind::Invalid
+        );
+        // Only a refusal its code already calls invalid is read.
+        assert_eq!(kind("AccessDenied", sns), ErrorKind::BrokerAuth);
+        assert_eq!(kind("SomethingNew", sqs), ErrorKind::Other);
     }
 
     #[test]

@@ -3,11 +3,65 @@
 //! `aws-sigv4` and its dependencies for one shape of request; tested against AWS's published
 //! SigV4 test-suite vectors here and against moto, which checks signatures, in
 //! `tests/destinations/aws.rs`.
+//!
+//! The signing key (four HMACs over the secret, the date, the region and the service) is the
+//! same for every call of a day: [`SigningKeys`] keeps it, so a call computes one HMAC, not five.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// Most signing keys kept: one per (secret access key, region, service) in use today, and
+/// yesterday's until they are pushed out.
+const MAX_KEYS: usize = 1024;
+
+/// Derived signing keys, by the SHA-256 of what they are derived from (the secret itself is
+/// not kept here). Bounded by [`MAX_KEYS`]; the lock is never held across an await.
+#[derive(Default)]
+pub(super) struct SigningKeys {
+    keys: Mutex<HashMap<[u8; 32], [u8; 32]>>,
+}
+
+impl SigningKeys {
+    /// The signing key of `secret_access_key` on `date` (`20150830`) for `region` and
+    /// `service`: the kept one, or derived and kept.
+    fn get(&self, secret_access_key: &str, date: &str, region: &str, service: &str) -> [u8; 32] {
+        let mut id = Sha256::new();
+        for part in [secret_access_key, date, region, service] {
+            id.update((part.len() as u64).to_be_bytes());
+            id.update(part.as_bytes());
+        }
+        let id: [u8; 32] = id.finalize().into();
+        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(key) = keys.get(&id) {
+            return *key;
+        }
+        let key = derive(secret_access_key, date, region, service);
+        if keys.len() >= MAX_KEYS {
+            // Mostly other days' keys, which no call needs again.
+            keys.clear();
+        }
+        keys.insert(id, key);
+        key
+    }
+}
+
+/// SigV4's signing key: `HMAC(HMAC(HMAC(HMAC("AWS4" + secret, date), region), service),
+/// "aws4_request")`.
+fn derive(secret_access_key: &str, date: &str, region: &str, service: &str) -> [u8; 32] {
+    let mut key = hmac(
+        format!("AWS4{secret_access_key}").as_bytes(),
+        date.as_bytes(),
+    );
+    for part in [region, service, "aws4_request"] {
+        key = hmac(&key, part.as_bytes());
+    }
+    key
+}
 
 /// Whose request it is.
 pub(super) struct Signer<'a> {
@@ -22,9 +76,10 @@ pub(super) struct Signer<'a> {
 impl Signer<'_> {
     /// The headers to add to a `POST /` to `host` carrying `headers` (lower-case names, each
     /// signed) and `body`, at `amz_date` (`20150830T123600Z`): `x-amz-date`, the session token
-    /// when there is one, and `authorization`.
+    /// when there is one, and `authorization`. The signing key comes from `keys`.
     pub(super) fn sign(
         &self,
+        keys: &SigningKeys,
         host: &str,
         headers: &[(&str, &str)],
         body: &[u8],
@@ -56,13 +111,7 @@ impl Signer<'_> {
             "AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}",
             hex(&Sha256::digest(canonical.as_bytes()))
         );
-        let mut key = hmac(
-            format!("AWS4{}", self.secret_access_key).as_bytes(),
-            date.as_bytes(),
-        );
-        for part in [self.region, self.service, "aws4_request"] {
-            key = hmac(&key, part.as_bytes());
-        }
+        let key = keys.get(self.secret_access_key, date, self.region, self.service);
         let signature = hex(&hmac(&key, to_sign.as_bytes()));
         let mut out = vec![
             ("x-amz-date", amz_date.to_owned()),
@@ -90,10 +139,10 @@ pub(super) fn amz_date(ms: i64) -> String {
     )
 }
 
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
     let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key");
     mac.update(data);
-    mac.finalize().into_bytes().to_vec()
+    mac.finalize().into_bytes().into()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -126,7 +175,13 @@ mod tests {
     /// The suite's `post-vanilla` (a `POST /` without a body).
     #[test]
     fn the_suites_post_vanilla() {
-        let h = suite().sign("example.amazonaws.com", &[], b"", "20150830T123600Z");
+        let h = suite().sign(
+            &SigningKeys::default(),
+            "example.amazonaws.com",
+            &[],
+            b"",
+            "20150830T123600Z",
+        );
         assert_eq!(
             authorization(&h),
             "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, \
@@ -139,6 +194,7 @@ mod tests {
     #[test]
     fn the_suites_post_x_www_form_urlencoded() {
         let h = suite().sign(
+            &SigningKeys::default(),
             "example.amazonaws.com",
             &[("content-type", "application/x-www-form-urlencoded")],
             b"Param1=value1",
@@ -156,9 +212,59 @@ mod tests {
     fn a_session_token_is_signed_and_sent() {
         let mut s = suite();
         s.session_token = Some("TOKEN");
-        let h = s.sign("example.amazonaws.com", &[], b"", "20150830T123600Z");
+        let h = s.sign(
+            &SigningKeys::default(),
+            "example.amazonaws.com",
+            &[],
+            b"",
+            "20150830T123600Z",
+        );
         assert!(authorization(&h).contains("SignedHeaders=host;x-amz-date;x-amz-security-token"));
         assert!(h.contains(&("x-amz-security-token", "TOKEN".to_owned())));
+    }
+
+    /// AWS's worked example of deriving a signing key (secret `wJalr…EXAMPLEKEY`, 2012-02-15,
+    /// us-east-1, iam).
+    #[test]
+    fn the_derived_key_is_awss_example() {
+        let key = derive(
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            "20120215",
+            "us-east-1",
+            "iam",
+        );
+        assert_eq!(
+            hex(&key),
+            "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d"
+        );
+    }
+
+    #[test]
+    fn a_kept_key_is_the_derived_one_and_changes_with_the_date() {
+        let keys = SigningKeys::default();
+        let secret = suite().secret_access_key;
+        let today = keys.get(secret, "20150830", "us-east-1", "sqs");
+        assert_eq!(today, derive(secret, "20150830", "us-east-1", "sqs"));
+        assert_eq!(keys.get(secret, "20150830", "us-east-1", "sqs"), today);
+        assert_eq!(
+            keys.keys.lock().unwrap().len(),
+            1,
+            "kept, not derived again"
+        );
+        let tomorrow = keys.get(secret, "20150831", "us-east-1", "sqs");
+        assert_ne!(tomorrow, today);
+        assert_eq!(tomorrow, derive(secret, "20150831", "us-east-1", "sqs"));
+        assert_ne!(keys.get(secret, "20150830", "us-east-1", "sns"), today);
+        assert_ne!(keys.get("another", "20150830", "us-east-1", "sqs"), today);
+    }
+
+    #[test]
+    fn the_keys_kept_are_bounded() {
+        let keys = SigningKeys::default();
+        for n in 0..MAX_KEYS + 10 {
+            keys.get(&format!("secret-{n}"), "20150830", "us-east-1", "sqs");
+        }
+        assert!(keys.keys.lock().unwrap().len() <= MAX_KEYS);
     }
 
     #[test]

@@ -6,15 +6,14 @@
 //! type are attributes; a FIFO endpoint's messages carry its id as their `orderingKey`, so a
 //! subscription with message ordering receives them in order.
 //!
-//! With a service account's key, each call carries a token fetched from the key's `token_uri`
-//! (a JWT signed with its key, [`token`]) and kept until shortly before it expires; without one
-//! (an emulator), none. A refusal is named by Pub/Sub's status: `RESOURCE_EXHAUSTED` is
-//! `throttled`, `NOT_FOUND` `broker_not_found`, `PERMISSION_DENIED` and `UNAUTHENTICATED`
-//! `broker_auth`, `INVALID_ARGUMENT` `invalid`; a 5xx is kept as its status.
-
-mod token;
-
-pub use token::ServiceAccountKey;
+//! With a service account's key, each call carries a token of the key's JWT-bearer grant
+//! ([`grant`]): the OAuth2 tokens HTTP delivery uses fetch and keep it
+//! ([`crate::delivery::oauth2`]), so a `token_uri` that never answers holds no attempt past its
+//! deadline and no lane or pool slot past that. Without a key (an emulator), none. A refusal is
+//! named by Pub/Sub's status: `RESOURCE_EXHAUSTED` is `throttled`, `NOT_FOUND`
+//! `broker_not_found`, `PERMISSION_DENIED` and `UNAUTHENTICATED` `broker_auth`,
+//! `INVALID_ARGUMENT` `invalid` (`too_large` when its text says the request is over Pub/Sub's
+//! size limit, [`super::refused_for_size`]); a 5xx is kept as its status.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -23,7 +22,11 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::{Signed, acknowledged};
+use crate::delivery::oauth2::Grant;
 use crate::delivery::{Clients, ErrorKind, Failure, Phases, Response, Target};
+
+/// The scope a service account's token is asked for.
+const SCOPE: &str = "https://www.googleapis.com/auth/pubsub";
 
 /// Where one message goes.
 pub(super) struct Topic<'a> {
@@ -31,63 +34,53 @@ pub(super) struct Topic<'a> {
     pub topic: &'a str,
 }
 
-/// Pub/Sub publishing, with the tokens of the service accounts it publishes as.
-#[derive(Default)]
-pub(super) struct Publisher {
-    tokens: token::Tokens,
+/// The grant a service account with JSON key `key` publishes by.
+pub(super) fn grant(key: &str) -> Grant {
+    Grant::jwt_bearer(key, SCOPE)
 }
 
-impl Publisher {
-    pub(super) async fn publish(
-        &self,
-        clients: &Clients,
-        target: &Target,
-        to: &Topic<'_>,
-        signed: &Signed<'_>,
-        deadline: Instant,
-        phases: &mut Phases,
-    ) -> Result<Response, Failure> {
-        let key = target
-            .destination_credentials
-            .as_ref()
-            .and_then(|c| c.service_account_key.as_deref());
-        let bearer = match key {
-            Some(key) => Some(
-                self.tokens
-                    .bearer(clients, target, key, deadline, phases)
-                    .await?,
-            ),
-            None => None,
-        };
-        let url = format!(
-            "{}/v1/projects/{}/topics/{}:publish",
-            target.url.as_str().trim_end_matches('/'),
-            to.project_id,
-            to.topic
-        );
-        let url = reqwest::Url::parse(&url).map_err(|e| Failure {
-            kind: ErrorKind::Other,
-            message: format!("Google Cloud Pub/Sub: {e}"),
-        })?;
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(token) = &bearer
-            && let Ok(value) = HeaderValue::from_str(&format!("Bearer {token}"))
-        {
-            headers.insert(AUTHORIZATION, value);
-        }
-        let body = message(target, signed).to_string().into_bytes();
-        let response = clients
-            .post(target, &url, headers, body, deadline, phases)
-            .await?;
-        if response.status == 401
-            && let (Some(key), Some(token)) = (key, &bearer)
-        {
-            // Revoked or rotated early: the next attempt fetches a new one.
-            self.tokens.forget(key, token).await;
-        }
-        answer(&response)
+/// Publish `signed` to `to` through `clients`, with a token of `target`'s grant when it has
+/// one, answered by `deadline`.
+pub(super) async fn publish(
+    clients: &Clients,
+    target: &Target,
+    to: &Topic<'_>,
+    signed: &Signed<'_>,
+    deadline: Instant,
+    phases: &mut Phases,
+) -> Result<Response, Failure> {
+    let bearer = match &target.grant {
+        Some(grant) => Some(clients.token(target, grant, deadline, phases).await?),
+        None => None,
+    };
+    let url = format!(
+        "{}/v1/projects/{}/topics/{}:publish",
+        target.url.as_str().trim_end_matches('/'),
+        to.project_id,
+        to.topic
+    );
+    let url = reqwest::Url::parse(&url).map_err(|e| Failure {
+        kind: ErrorKind::Other,
+        message: format!("Google Cloud Pub/Sub: {e}"),
+    })?;
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(b) = &bearer
+        && let Ok(value) = HeaderValue::from_str(&format!("Bearer {}", b.token))
+    {
+        headers.insert(AUTHORIZATION, value);
     }
+    let body = message(target, signed).to_string().into_bytes();
+    let response = clients
+        .post(target, &url, headers, body, deadline, phases)
+        .await?;
+    if response.status == 401
+        && let (Some(grant), Some(b)) = (&target.grant, &bearer)
+    {
+        // Revoked or rotated early: the next attempt fetches a new one.
+        clients.forget_token(grant, &b.token);
+    }
+    answer(&response)
 }
 
 /// The publish request's body: one message.
@@ -136,7 +129,9 @@ fn answer(response: &Response) -> Result<Response, Failure> {
         )));
     }
     let status = v["error"]["status"].as_str();
+    let detail = v["error"]["message"].as_str().unwrap_or_default();
     let kind = match status {
+        Some("INVALID_ARGUMENT") if super::refused_for_size(detail) => ErrorKind::TooLarge,
         Some("RESOURCE_EXHAUSTED") => ErrorKind::Throttled,
         Some("NOT_FOUND") => ErrorKind::BrokerNotFound,
         Some("PERMISSION_DENIED" | "UNAUTHENTICATED") => ErrorKind::BrokerAuth,
@@ -150,7 +145,6 @@ fn answer(response: &Response) -> Result<Response, Failure> {
             _ => ErrorKind::Other,
         },
     };
-    let detail = v["error"]["message"].as_str().unwrap_or_default();
     Err(Failure {
         kind,
         message: format!(
@@ -184,6 +178,11 @@ mod tests {
         assert_eq!(err("RESOURCE_EXHAUSTED", 429), ErrorKind::Throttled);
         assert_eq!(err("PERMISSION_DENIED", 403), ErrorKind::BrokerAuth);
         assert_eq!(err("INVALID_ARGUMENT", 400), ErrorKind::Invalid);
+        let too_large = r#"{"error":{"code":400,"message":"Request payload size exceeds the limit: 10485760 bytes.","status":"INVALID_ARGUMENT"}}"#;
+        assert_eq!(
+            answer(&response(400, too_large)).unwrap_err().kind,
+            ErrorKind::TooLarge
+        );
         assert_eq!(answer(&response(503, "")).unwrap().status, 503);
         let ok = answer(&response(200, r#"{"messageIds":["42"]}"#)).unwrap();
         assert_eq!(ok.status, 200);
