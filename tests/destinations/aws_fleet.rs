@@ -7,11 +7,10 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use sluice_testkit::process::{Client, Process};
-
 use super::aws::Moto;
-use super::support::{self, ADMIN, eventually};
+use super::fleet::Fleet;
+use super::support::{self, eventually};
+use serde_json::{Value, json};
 
 const MESSAGES: usize = 200;
 
@@ -57,60 +56,37 @@ async fn a_dispatcher_killed_mid_burst_leaves_a_fifo_queue_in_order_without_dupl
         return;
     };
     let fifo = moto.made("fifo");
-    let fleet = [
-        "--database-url",
+    let fleet = Fleet::start(
         &db,
-        "--heartbeat-interval",
-        "1s",
-        // moto is one Python process: under a loaded CI machine a call can take seconds. A
-        // timed-out send that did land is resent with the same deduplication id (dropped by
-        // the queue), and a failed head is retried soon, since a FIFO endpoint waits behind it.
-        "--total-timeout",
-        "10s",
-        "--lease-ttl",
-        "30s",
-        "--retry-schedule",
-        "1s,1s,1s,1s,1s,1s,1s,1s,1s,1s",
-    ];
-    let api = Process::start(&[&fleet[..], &["--role", "api"]].concat()).await;
-    let c = Client::new(&api.base);
-    let (status, tenant) = c
-        .post(ADMIN, "/v1/tenants", json!({ "name": "fleet" }))
+        &[
+            "--heartbeat-interval",
+            "1s",
+            // moto is one Python process: under a loaded CI machine a call can take seconds. A
+            // timed-out send that did land is resent with the same deduplication id (dropped
+            // by the queue), and a failed head is retried soon, since a FIFO endpoint waits
+            // behind it.
+            "--total-timeout",
+            "10s",
+            "--lease-ttl",
+            "30s",
+            "--retry-schedule",
+            "1s,1s,1s,1s,1s,1s,1s,1s,1s,1s",
+        ],
+    )
+    .await;
+    // Held to 40/s, so the burst lasts about five seconds: the kill lands in it.
+    fleet
+        .endpoint(json!({
+            "destination": {
+                "type": "sqs", "queue_url": fifo, "region": "us-east-1",
+                "endpoint_url": moto.base, "credentials": moto.credentials(),
+            },
+            "ordering": "fifo",
+            "rate_limit": { "per_second": 40, "burst": 1 },
+        }))
         .await;
-    assert_eq!(status, 201, "{tenant}");
-    let token = tenant["token"].as_str().unwrap().to_owned();
-    let (status, created) = c
-        .post(
-            &token,
-            "/v1/endpoints",
-            // Held to 40/s, so the burst lasts about five seconds: the kill lands in it.
-            json!({
-                "destination": {
-                    "type": "sqs", "queue_url": fifo, "region": "us-east-1",
-                    "endpoint_url": moto.base, "credentials": moto.credentials(),
-                },
-                "ordering": "fifo",
-                "rate_limit": { "per_second": 40, "burst": 1 },
-            }),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let mut sent = Vec::with_capacity(MESSAGES);
-    for i in 0..MESSAGES {
-        let (status, m) = c
-            .post(
-                &token,
-                "/v1/messages",
-                json!({ "event_type": "order.created", "payload": { "i": i } }),
-            )
-            .await;
-        assert_eq!(status, 202, "{m}");
-        sent.push(m["id"].as_str().unwrap().to_owned());
-    }
-
-    let dispatcher = [&fleet[..], &["--role", "dispatcher"]].concat();
-    let survivor = Process::start(&dispatcher).await;
-    let victim = Process::start(&dispatcher).await;
+    let sent = fleet.send(MESSAGES).await;
+    let (survivor, victim) = fleet.dispatchers().await;
     assert!(
         eventually(Duration::from_secs(60), || async {
             moto.count(&fifo) >= 20
@@ -152,5 +128,5 @@ async fn a_dispatcher_killed_mid_burst_leaves_a_fifo_queue_in_order_without_dupl
         .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
     drop(survivor);
-    drop(api);
+    drop(fleet);
 }
