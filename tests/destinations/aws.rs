@@ -116,7 +116,7 @@ impl Moto {
     }
 
     /// An endpoint of `kind` with `fields`, the key of this server's user, at this server.
-    async fn endpoint(
+    pub(super) async fn endpoint(
         &self,
         s: &Sluice,
         token: &str,

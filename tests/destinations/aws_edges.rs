@@ -305,22 +305,7 @@ async fn a_message_over_the_services_size_limit_is_too_large() {
     ];
     for (kind, fields, size) in cases {
         let (_, token) = s.tenant(&format!("big-{kind}")).await;
-        let mut destination = json!({
-            "type": kind, "region": "us-east-1", "endpoint_url": moto.base,
-            "credentials": moto.credentials(),
-        });
-        for (k, v) in fields.as_object().unwrap() {
-            destination[k] = v.clone();
-        }
-        let (status, created) = s
-            .post(
-                &token,
-                "/v1/endpoints",
-                json!({ "destination": destination }),
-            )
-            .await;
-        assert_eq!(status, 201, "{created}");
-        let id = created["id"].as_str().unwrap().to_owned();
+        let (id, _) = moto.endpoint(&s, &token, kind, fields).await;
         let message = s
             .send(&token, "order.created", json!({ "blob": "x".repeat(size) }))
             .await;
